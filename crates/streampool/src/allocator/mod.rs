@@ -1,0 +1,367 @@
+//! The caching allocator: size classes, per-stream free lists, event-gated cross-stream reuse.
+//!
+//! A block freed by a tensor is not returned to the backend; it goes onto the free list of
+//! the stream it was allocated on, together with one *guard* event for every stream that
+//! used it, recorded at the moment of the free. A later request on stream `s` may take it:
+//!
+//! 1. from `s`'s own list once its guards on *other* streams have completed (work on `s`
+//!    itself is ordered by the stream, so needs no check) — the common, sync-free path;
+//! 2. from another stream's list once all its guards (except on `s`) have completed. This
+//!    is what keeps memory from growing with the number of streams (unlike one pool per
+//!    stream, where every pool grows to the peak);
+//! 3. otherwise new memory is reserved from the backend, within the device's memory limit;
+//! 4. at the limit, completed cached blocks are released, and if that is not enough a block
+//!    of the right size whose guards are still pending is reused by making `s` *wait* on
+//!    those events (device-side, no host block); then pending blocks of other sizes are
+//!    synchronized on the host (outside the lock) and released; then the request fails with
+//!    [`Error::OutOfMemory`].
+//!
+//! One mutex guards the lists and statistics; it is held for list operations and event
+//! queries only, never across a host wait on an event.
+
+pub mod size_class;
+
+use std::collections::HashMap;
+
+pub use size_class::size_class;
+
+use crate::backend::{BackendEvent, BackendMemory, BackendStream, DevicePtr};
+use crate::sync::{Arc, Mutex};
+use crate::{Error, Result};
+
+/// A live block handed out by the allocator.
+#[derive(Debug)]
+pub(crate) struct Block {
+    pub(crate) ptr: DevicePtr,
+    /// Size class of the block (what it really occupies).
+    pub(crate) size: usize,
+    /// Pool slot of the stream it was allocated on.
+    pub(crate) stream: usize,
+}
+
+/// "Stream `stream` used the block up to `event`."
+pub(crate) struct Guard {
+    pub(crate) stream: usize,
+    pub(crate) event: Arc<dyn BackendEvent>,
+}
+
+struct FreeBlock {
+    ptr: DevicePtr,
+    guards: Vec<Guard>,
+}
+
+impl FreeBlock {
+    /// Whether stream `s` may use the block now without waiting. Completed guards are dropped.
+    fn ready_for(&mut self, s: usize) -> bool {
+        self.guards.retain(|g| !g.event.query());
+        self.guards.iter().all(|g| g.stream == s)
+    }
+}
+
+/// Allocator statistics (bytes are size-class bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    /// Bytes in live blocks.
+    pub allocated: usize,
+    /// Bytes held from the backend (live + cached).
+    pub reserved: usize,
+    /// Highest `allocated` seen.
+    pub peak_allocated: usize,
+    /// Highest `reserved` seen.
+    pub peak_reserved: usize,
+    /// Allocation requests.
+    pub allocs: u64,
+    /// Requests served from the cache.
+    pub cache_hits: u64,
+    /// Cache hits that took a block from another stream's list.
+    pub cross_stream_reuses: u64,
+    /// Reuses that made the requesting stream wait on a pending event (memory pressure).
+    pub event_gated_reuses: u64,
+    /// Blocks obtained from the backend.
+    pub backend_allocs: u64,
+    /// Blocks returned to the backend.
+    pub backend_frees: u64,
+}
+
+struct State {
+    /// `free[stream][size_class]`: cached blocks owned by each stream slot.
+    free: Vec<HashMap<usize, Vec<FreeBlock>>>,
+    stats: AllocatorStats,
+}
+
+impl State {
+    fn note_alloc(&mut self, size: usize) {
+        self.stats.allocated += size;
+        self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
+    }
+    fn note_reserve(&mut self, size: usize) {
+        self.stats.reserved += size;
+        self.stats.backend_allocs += 1;
+        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
+    }
+
+    /// Step 1 and 2 of the module doc: a block ready for stream `s` without waiting.
+    fn take_ready(&mut self, s: usize, size: usize) -> Option<(DevicePtr, bool)> {
+        let n = self.free.len();
+        for owner in std::iter::once(s).chain((0..n).filter(|&o| o != s)) {
+            if let Some(list) = self.free[owner].get_mut(&size) {
+                // Newest first: the most recently freed block is the likeliest to be ready.
+                if let Some(i) = list.iter_mut().rposition(|b| b.ready_for(s)) {
+                    return Some((list.swap_remove(i).ptr, owner != s));
+                }
+            }
+        }
+        None
+    }
+
+    /// Removes every cached block whose guards have all completed.
+    fn drain_completed(&mut self) -> Vec<(DevicePtr, usize)> {
+        let mut out = Vec::new();
+        for lists in &mut self.free {
+            for (&size, list) in lists.iter_mut() {
+                let mut i = 0;
+                while i < list.len() {
+                    list[i].guards.retain(|g| !g.event.query());
+                    if list[i].guards.is_empty() {
+                        out.push((list.swap_remove(i).ptr, size));
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The per-device caching allocator. See the module documentation for the reuse rules.
+pub(crate) struct CachingAllocator {
+    memory: Arc<dyn BackendMemory>,
+    device_name: String,
+    limit: Option<usize>,
+    state: Mutex<State>,
+}
+
+impl CachingAllocator {
+    pub(crate) fn new(
+        memory: Arc<dyn BackendMemory>,
+        device_name: String,
+        streams: usize,
+        limit: Option<usize>,
+    ) -> Self {
+        let free = (0..streams).map(|_| HashMap::new()).collect();
+        Self {
+            memory,
+            device_name,
+            limit,
+            state: Mutex::new(State {
+                free,
+                stats: AllocatorStats::default(),
+            }),
+        }
+    }
+
+    /// Allocates at least `bytes` for use on pool slot `s`, whose stream is `stream`.
+    pub(crate) fn alloc(
+        &self,
+        bytes: usize,
+        s: usize,
+        stream: &dyn BackendStream,
+    ) -> Result<Block> {
+        let size = size_class(bytes);
+        {
+            let mut st = self.state.lock();
+            st.stats.allocs += 1;
+            if let Some((ptr, cross)) = st.take_ready(s, size) {
+                st.stats.cache_hits += 1;
+                st.stats.cross_stream_reuses += cross as u64;
+                st.note_alloc(size);
+                return Ok(Block {
+                    ptr,
+                    size,
+                    stream: s,
+                });
+            }
+        }
+        if let Some(ptr) = self.reserve(size)? {
+            return Ok(Block {
+                ptr,
+                size,
+                stream: s,
+            });
+        }
+        // At the limit: release what is idle, then try again.
+        self.release(|st| st.drain_completed());
+        if let Some(ptr) = self.reserve(size)? {
+            return Ok(Block {
+                ptr,
+                size,
+                stream: s,
+            });
+        }
+        // Reuse a same-size block still in use elsewhere, ordered by a device-side wait.
+        let pending = {
+            let mut st = self.state.lock();
+            let found = st
+                .free
+                .iter_mut()
+                .find_map(|lists| lists.get_mut(&size).and_then(|l| l.pop()));
+            if found.is_some() {
+                st.stats.cache_hits += 1;
+                st.stats.event_gated_reuses += 1;
+                st.note_alloc(size);
+            }
+            found
+        };
+        if let Some(block) = pending {
+            for g in block.guards.iter().filter(|g| g.stream != s) {
+                if let Err(e) = stream.wait(&g.event) {
+                    self.free_raw(block.ptr, size);
+                    return Err(e);
+                }
+            }
+            return Ok(Block {
+                ptr: block.ptr,
+                size,
+                stream: s,
+            });
+        }
+        // Last resort: wait on the host for every cached block and release them all.
+        let cached: Vec<(FreeBlock, usize)> = {
+            let mut st = self.state.lock();
+            st.free
+                .iter_mut()
+                .flat_map(|lists| {
+                    lists
+                        .iter_mut()
+                        .flat_map(|(&size, l)| l.drain(..).map(move |b| (b, size)))
+                })
+                .collect()
+        };
+        // No lock held here: host waits happen outside the allocator mutex.
+        for (b, _) in &cached {
+            for g in &b.guards {
+                g.event.synchronize()?;
+            }
+        }
+        self.release(|_| cached.into_iter().map(|(b, size)| (b.ptr, size)).collect());
+        if let Some(ptr) = self.reserve(size)? {
+            return Ok(Block {
+                ptr,
+                size,
+                stream: s,
+            });
+        }
+        let st = self.state.lock();
+        Err(Error::OutOfMemory {
+            device: self.device_name.clone(),
+            requested: bytes,
+            allocated: st.stats.allocated,
+            reserved: st.stats.reserved,
+            limit: self.limit,
+        })
+    }
+
+    /// Reserves a new block from the backend if the limit allows; `Ok(None)` at the limit.
+    fn reserve(&self, size: usize) -> Result<Option<DevicePtr>> {
+        {
+            let mut st = self.state.lock();
+            if self.limit.is_some_and(|l| st.stats.reserved + size > l) {
+                return Ok(None);
+            }
+            // Count it before the (possibly slow) backend call so concurrent requests
+            // cannot overshoot the limit together; undone below on failure.
+            st.note_reserve(size);
+            st.note_alloc(size);
+        }
+        match self.memory.alloc(size) {
+            Ok(ptr) => Ok(Some(ptr)),
+            Err(e) => {
+                let mut st = self.state.lock();
+                st.stats.reserved -= size;
+                st.stats.allocated -= size;
+                st.stats.backend_allocs -= 1;
+                drop(st);
+                // The backend itself is out of memory: treat it like reaching the limit.
+                if matches!(e, Error::OutOfMemory { .. }) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Takes blocks out with `pick` (under the lock) and returns them to the backend.
+    fn release(&self, pick: impl FnOnce(&mut State) -> Vec<(DevicePtr, usize)>) {
+        let blocks = pick(&mut self.state.lock());
+        if blocks.is_empty() {
+            return;
+        }
+        for &(ptr, size) in &blocks {
+            // SAFETY: each block came from `self.memory.alloc(size)` and every guard on it has
+            // completed (or been synchronized), so no stream touches it any more.
+            unsafe { self.memory.free(ptr, size) };
+        }
+        let mut st = self.state.lock();
+        for (_, size) in blocks {
+            st.stats.reserved -= size;
+            st.stats.backend_frees += 1;
+        }
+    }
+
+    /// Returns a block that was handed out but never used by any stream.
+    fn free_raw(&self, ptr: DevicePtr, size: usize) {
+        self.free(
+            Block {
+                ptr,
+                size,
+                stream: 0,
+            },
+            Vec::new(),
+        );
+    }
+
+    /// Returns `block` to the cache. `guards` holds an event recorded, at the time of the
+    /// free, on every stream that used the block.
+    pub(crate) fn free(&self, block: Block, guards: Vec<Guard>) {
+        let mut st = self.state.lock();
+        st.stats.allocated -= block.size;
+        let slot = block.stream.min(st.free.len() - 1);
+        st.free[slot]
+            .entry(block.size)
+            .or_default()
+            .push(FreeBlock {
+                ptr: block.ptr,
+                guards,
+            });
+    }
+
+    /// Returns every cached block whose guards have completed to the backend.
+    pub(crate) fn empty_cache(&self) {
+        self.release(|st| st.drain_completed());
+    }
+
+    /// A snapshot of the statistics.
+    pub(crate) fn stats(&self) -> AllocatorStats {
+        self.state.lock().stats.clone()
+    }
+}
+
+impl Drop for CachingAllocator {
+    fn drop(&mut self) {
+        // The device (and its streams, which join their workers) is gone by now, so every
+        // guard has completed; anything still pending would be a bug, so leak rather than free.
+        let mut st = self.state.lock();
+        for lists in st.free.drain(..) {
+            for (size, list) in lists {
+                for b in list {
+                    if b.guards.iter().all(|g| g.event.query()) {
+                        // SAFETY: came from `alloc(size)`; no stream uses it (all guards done).
+                        unsafe { self.memory.free(b.ptr, size) };
+                    }
+                }
+            }
+        }
+    }
+}

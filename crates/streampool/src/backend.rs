@@ -1,0 +1,91 @@
+//! The boundary between the device-independent runtime and a backend.
+//!
+//! A backend is one folder (`cpu/`, `cuda/`) that implements these three traits; nothing
+//! outside that folder changes when a backend is added. Dispatch is through trait objects:
+//! the runtime describes each operation as a [`Kernel`] value and hands it to
+//! [`BackendStream::launch`], so every op is dispatched in exactly one place per backend
+//! (one `match` in the backend's launcher) rather than once per op per backend.
+
+use std::any::Any;
+use std::time::Duration;
+
+use crate::kernel::Kernel;
+use crate::sync::Arc;
+use crate::Result;
+
+/// A raw device address: a host pointer on the CPU backend, a `CUdeviceptr` on CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    #[inline]
+    pub fn offset(self, bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + bytes as u64)
+    }
+}
+
+/// Raw memory of a device. The caching allocator sits on top of it and is the only caller.
+pub(crate) trait BackendMemory: Send + Sync {
+    /// Allocates `bytes` (> 0) of uncached device memory.
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr>;
+    /// Returns memory obtained from [`BackendMemory::alloc`] with the same size.
+    ///
+    /// # Safety
+    /// `ptr` came from `alloc(bytes)` on this backend and no stream will touch it again.
+    unsafe fn free(&self, ptr: DevicePtr, bytes: usize);
+}
+
+/// One device of a backend.
+pub(crate) trait BackendDevice: BackendMemory {
+    /// Human-readable name, used in errors ("cpu", "cuda:0 (NVIDIA H100)").
+    fn name(&self) -> String;
+    /// Creates the stream for pool slot `index` (slot 0 is the default stream).
+    fn create_stream(&self, index: usize) -> Result<Arc<dyn BackendStream>>;
+    /// Whether recording an event costs next to nothing. If so, every op output records
+    /// its write event eagerly; otherwise the event is recorded lazily, on the first read
+    /// from another stream (correct, but it may wait for later work on the writer stream).
+    fn cheap_events(&self) -> bool;
+    /// Downcasting, for backend-internal needs.
+    #[allow(dead_code)]
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// An in-order queue of device work.
+pub(crate) trait BackendStream: Send + Sync {
+    /// Records an event after all work queued so far. `timing` asks for a timestamp.
+    fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>>;
+    /// Makes work queued after this call wait until `event` completes (no host wait).
+    fn wait(&self, event: &Arc<dyn BackendEvent>) -> Result<()>;
+    /// Blocks the calling thread until all queued work is done; reports a deferred kernel error.
+    fn synchronize(&self) -> Result<()>;
+    /// Queues `kernel`.
+    ///
+    /// # Safety
+    /// Every pointer in `kernel` is valid for the extent the kernel touches, until the
+    /// kernel has run (the caller keeps the memory alive and un-reused through events).
+    unsafe fn launch(&self, kernel: Kernel) -> Result<()>;
+    /// Queues a copy of `src` to device memory at `dst`; `src` is owned, so the call may return
+    /// before the copy runs.
+    ///
+    /// # Safety
+    /// `dst` is valid for `src.len()` bytes until the copy has run.
+    unsafe fn copy_from_host(&self, src: Vec<u8>, dst: DevicePtr) -> Result<()>;
+    /// Copies device memory into `dst`, in stream order, and waits for it.
+    ///
+    /// # Safety
+    /// `src` is valid for `dst.len()` bytes.
+    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
+}
+
+/// A point in a stream's queue.
+pub(crate) trait BackendEvent: Send + Sync {
+    /// Whether all work before the event has completed.
+    fn query(&self) -> bool;
+    /// Blocks until the event has completed.
+    fn synchronize(&self) -> Result<()>;
+    /// Time from `earlier` to `self`; both must have been recorded with timing.
+    fn elapsed_since(&self, earlier: &dyn BackendEvent) -> Result<Duration>;
+    /// Downcasting, so a stream can recognise its backend's events.
+    fn as_any(&self) -> &dyn Any;
+}

@@ -1,0 +1,80 @@
+//! The CPU backend: the reference backend, and the one CI runs.
+//!
+//! | concept   | here                                                          |
+//! |-----------|---------------------------------------------------------------|
+//! | stream    | a worker thread running queued jobs in order ([`stream`])      |
+//! | event     | "this stream has finished `n` jobs" ([`progress`])            |
+//! | memory    | 64-byte-aligned heap blocks                                    |
+//! | kernels   | loops over slices, `matrixmultiply` for matmul ([`kernels`])   |
+
+pub(crate) mod kernels;
+pub(crate) mod progress;
+pub(crate) mod stream;
+
+use std::alloc::Layout;
+use std::any::Any;
+
+use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
+use crate::sync::Arc;
+use crate::{Error, Result};
+
+/// Alignment of CPU blocks: a cache line, enough for any SIMD load.
+const ALIGN: usize = 64;
+
+/// The CPU device backend.
+pub(crate) struct CpuDevice {
+    id: u64,
+}
+
+impl CpuDevice {
+    pub(crate) fn new(id: u64) -> Self {
+        Self { id }
+    }
+}
+
+impl BackendMemory for CpuDevice {
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let layout = Layout::from_size_align(bytes.max(1), ALIGN)
+            .map_err(|e| Error::InvalidArgument(format!("allocation of {bytes} bytes: {e}")))?;
+        // SAFETY: the layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            return Err(Error::OutOfMemory {
+                device: "cpu".into(),
+                requested: bytes,
+                allocated: 0,
+                reserved: 0,
+                limit: None,
+            });
+        }
+        Ok(DevicePtr(ptr as u64))
+    }
+
+    unsafe fn free(&self, ptr: DevicePtr, bytes: usize) {
+        // SAFETY: `ptr` came from `alloc(bytes)`, whose layout this rebuilds exactly.
+        unsafe {
+            std::alloc::dealloc(
+                ptr.0 as *mut u8,
+                Layout::from_size_align_unchecked(bytes.max(1), ALIGN),
+            )
+        }
+    }
+}
+
+impl BackendDevice for CpuDevice {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+    fn create_stream(&self, index: usize) -> Result<Arc<dyn BackendStream>> {
+        Ok(Arc::new(stream::CpuStream::new(format!(
+            "sp-cpu{}-s{index}",
+            self.id
+        ))?))
+    }
+    fn cheap_events(&self) -> bool {
+        true
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,234 @@
+//! A CPU stream: a worker thread draining an in-order job queue.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::kernels;
+use super::progress::Progress;
+use crate::backend::{BackendEvent, BackendStream, DevicePtr};
+use crate::kernel::Kernel;
+use crate::sync::{Arc, Mutex};
+use crate::{Error, Result};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// What the worker and events share with the stream handle.
+pub(crate) struct StreamShared {
+    pub(crate) progress: Progress,
+    /// First panic message of a job since the last synchronize (a deferred error, as in CUDA,
+    /// but reported and cleared per stream so one bad op never poisons the device).
+    fault: Mutex<Option<String>>,
+}
+
+struct Queue {
+    tx: Sender<Job>,
+    submitted: u64,
+}
+
+/// A stream of the CPU backend. Jobs run in submission order on one worker thread; the
+/// submitting thread returns as soon as the job is queued.
+pub(crate) struct CpuStream {
+    name: String,
+    /// Held only to number a job and push it onto the unbounded channel (never blocks), so the
+    /// sequence numbers that events use match the order in which the worker runs jobs.
+    queue: Mutex<Option<Queue>>,
+    shared: Arc<StreamShared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl CpuStream {
+    pub(crate) fn new(name: String) -> Result<Self> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let shared = Arc::new(StreamShared {
+            progress: Progress::new(),
+            fault: Mutex::new(None),
+        });
+        let worker_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || worker_loop(rx, worker_shared))
+            .map_err(|e| Error::Backend {
+                device: "cpu".into(),
+                msg: format!("spawning {name}: {e}"),
+            })?;
+        Ok(Self {
+            name,
+            queue: Mutex::new(Some(Queue { tx, submitted: 0 })),
+            shared,
+            worker: Some(worker),
+        })
+    }
+
+    /// Queues `job`; returns its sequence number (the event value that covers it).
+    fn enqueue(&self, job: Job) -> Result<u64> {
+        let mut guard = self.queue.lock();
+        let queue = guard.as_mut().ok_or_else(|| self.closed())?;
+        queue.tx.send(job).map_err(|_| self.closed())?;
+        queue.submitted += 1;
+        Ok(queue.submitted)
+    }
+
+    fn submitted(&self) -> u64 {
+        self.queue.lock().as_ref().map_or(0, |q| q.submitted)
+    }
+
+    fn closed(&self) -> Error {
+        Error::Backend {
+            device: "cpu".into(),
+            msg: format!("{} is shut down", self.name),
+        }
+    }
+
+    fn take_fault(&self) -> Result<()> {
+        match self.shared.fault.lock().take() {
+            Some(msg) => Err(Error::Backend {
+                device: "cpu".into(),
+                msg: format!("{}: {msg}", self.name),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn worker_loop(rx: Receiver<Job>, shared: Arc<StreamShared>) {
+    while let Ok(job) = rx.recv() {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(job)) {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "kernel panicked".into());
+            tracing::error!(%msg, "cpu stream job failed");
+            shared.fault.lock().get_or_insert(msg);
+        }
+        shared.progress.advance();
+    }
+}
+
+impl Drop for CpuStream {
+    fn drop(&mut self) {
+        // Closing the channel lets the worker finish what is queued and exit; joining keeps
+        // queued jobs from outliving the memory the device is about to release.
+        self.queue.lock().take();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// An event of the CPU backend: "the stream has completed `seq` jobs".
+pub(crate) struct CpuEvent {
+    shared: Arc<StreamShared>,
+    seq: u64,
+    time: Option<Arc<Mutex<Option<Instant>>>>,
+}
+
+impl CpuEvent {
+    fn same_stream(&self, shared: &Arc<StreamShared>) -> bool {
+        Arc::ptr_eq(&self.shared, shared)
+    }
+}
+
+impl BackendEvent for CpuEvent {
+    fn query(&self) -> bool {
+        self.shared.progress.completed() >= self.seq
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.shared.progress.wait_for(self.seq);
+        Ok(())
+    }
+    fn elapsed_since(&self, earlier: &dyn BackendEvent) -> Result<Duration> {
+        let earlier = earlier.as_any().downcast_ref::<CpuEvent>().ok_or_else(|| {
+            Error::InvalidArgument("elapsed: events of different backends".into())
+        })?;
+        self.synchronize()?;
+        earlier.synchronize()?;
+        let stamp = |e: &CpuEvent| {
+            e.time.as_ref().and_then(|t| *t.lock()).ok_or_else(|| {
+                Error::InvalidArgument("elapsed: event was not recorded with timing".into())
+            })
+        };
+        let (a, b) = (stamp(earlier)?, stamp(self)?);
+        Ok(b.saturating_duration_since(a))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Carries a device address into a job. The unsafe contract of the launching call (the
+/// memory stays valid and un-reused until the job has run) is what makes the move sound.
+#[derive(Clone, Copy)]
+struct SendPtr(u64);
+
+impl BackendStream for CpuStream {
+    fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
+        if timing {
+            let cell = Arc::new(Mutex::new(None));
+            let stamp = cell.clone();
+            let seq = self.enqueue(Box::new(move || *stamp.lock() = Some(Instant::now())))?;
+            Ok(Arc::new(CpuEvent {
+                shared: self.shared.clone(),
+                seq,
+                time: Some(cell),
+            }))
+        } else {
+            Ok(Arc::new(CpuEvent {
+                shared: self.shared.clone(),
+                seq: self.submitted(),
+                time: None,
+            }))
+        }
+    }
+
+    fn wait(&self, event: &Arc<dyn BackendEvent>) -> Result<()> {
+        let event = event
+            .as_any()
+            .downcast_ref::<CpuEvent>()
+            .ok_or_else(|| Error::InvalidArgument("wait_event: event of another backend".into()))?;
+        // Same stream: already ordered. Completed: nothing to wait for.
+        if event.same_stream(&self.shared) || event.query() {
+            return Ok(());
+        }
+        let (shared, seq) = (event.shared.clone(), event.seq);
+        self.enqueue(Box::new(move || shared.progress.wait_for(seq)))?;
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.shared.progress.wait_for(self.submitted());
+        self.take_fault()
+    }
+
+    unsafe fn launch(&self, kernel: Kernel) -> Result<()> {
+        // SAFETY: the caller guarantees every pointer stays valid until the job has run.
+        self.enqueue(Box::new(move || unsafe { kernels::run(&kernel) }))?;
+        Ok(())
+    }
+
+    unsafe fn copy_from_host(&self, src: Vec<u8>, dst: DevicePtr) -> Result<()> {
+        let dst = SendPtr(dst.0);
+        self.enqueue(Box::new(move || {
+            let dst = dst;
+            // SAFETY: the caller guarantees `dst` is valid for `src.len()` bytes until this runs.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) }
+        }))?;
+        Ok(())
+    }
+
+    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
+        let (src, out, len) = (SendPtr(src.0), SendPtr(dst.as_mut_ptr() as u64), dst.len());
+        let seq = self.enqueue(Box::new(move || {
+            let (src, out) = (src, out);
+            // SAFETY: `src` is valid per the caller; `out` is the caller's buffer, which stays
+            // borrowed because this function blocks below until the job has run.
+            unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, out.0 as *mut u8, len) }
+        }))?;
+        self.shared.progress.wait_for(seq);
+        self.take_fault()
+    }
+}

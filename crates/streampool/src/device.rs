@@ -1,0 +1,215 @@
+//! Devices: a backend, its stream pool and its caching allocator.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::allocator::{AllocatorStats, CachingAllocator};
+use crate::backend::BackendDevice;
+use crate::stream_pool::{self, StreamPool};
+use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::{Result, Stream};
+
+/// Which backend a device runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    /// The CPU backend: each stream is a worker thread.
+    Cpu,
+    /// An NVIDIA GPU by ordinal (feature `cuda`).
+    Cuda(usize),
+}
+
+/// Settings of a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Streams in the pool, the default stream included (default 32: 1 default + 31 pooled).
+    pub pool_size: usize,
+    /// Most bytes the caching allocator may reserve; `None` for no limit but the device's.
+    pub memory_limit: Option<usize>,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            pool_size: 32,
+            memory_limit: None,
+        }
+    }
+}
+
+pub(crate) struct DeviceInner {
+    id: u64,
+    kind: DeviceKind,
+    name: String,
+    backend: Arc<dyn BackendDevice>,
+    // Field order is drop order: the pool's streams finish their queued work (CPU workers are
+    // joined) before the allocator returns memory to the backend.
+    pool: StreamPool,
+    allocator: CachingAllocator,
+}
+
+/// A device: CPU or GPU, with its pool of streams and its caching allocator. Cheap to clone
+/// and shared by all threads.
+///
+/// ```
+/// use streampool::{Device, Tensor};
+/// let dev = Device::cpu();
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3], &dev).unwrap();
+/// assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+/// ```
+#[derive(Clone)]
+pub struct Device(Arc<DeviceInner>);
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Device {
+    /// The process-wide CPU device (default configuration), shared by every caller.
+    pub fn cpu() -> Device {
+        static CPU: OnceLock<Device> = OnceLock::new();
+        // The default configuration is valid, so building it cannot fail.
+        CPU.get_or_init(|| Device::cpu_with(DeviceConfig::default()).expect("default CPU device"))
+            .clone()
+    }
+
+    /// A new, separate CPU device with its own pool and allocator (e.g. with a memory limit).
+    pub fn cpu_with(config: DeviceConfig) -> Result<Device> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Self::with_backend(
+            id,
+            DeviceKind::Cpu,
+            Arc::new(crate::cpu::CpuDevice::new(id)),
+            config,
+        )
+    }
+
+    pub(crate) fn with_backend(
+        id: u64,
+        kind: DeviceKind,
+        backend: Arc<dyn BackendDevice>,
+        config: DeviceConfig,
+    ) -> Result<Device> {
+        let factory_backend = backend.clone();
+        let pool = StreamPool::new(
+            config.pool_size,
+            Box::new(move |i| factory_backend.create_stream(i)),
+        )?;
+        let name = backend.name();
+        let memory: Arc<dyn crate::backend::BackendMemory> = backend.clone();
+        let allocator =
+            CachingAllocator::new(memory, name.clone(), config.pool_size, config.memory_limit);
+        Ok(Device(Arc::new(DeviceInner {
+            id,
+            kind,
+            name,
+            backend,
+            pool,
+            allocator,
+        })))
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn next_id() -> u64 {
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A process-unique id of this device.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// The backend kind.
+    pub fn kind(&self) -> DeviceKind {
+        self.0.kind
+    }
+
+    /// A readable name such as `cpu` or `cuda:0`.
+    pub fn name(&self) -> String {
+        self.0.name.clone()
+    }
+
+    /// Whether two handles name the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        self.0.id == other.0.id
+    }
+
+    /// The calling thread's current stream: the one set by the innermost live
+    /// [`StreamGuard`](crate::StreamGuard), else this thread's pooled stream (assigned
+    /// round-robin on the thread's first use and cached thread-locally).
+    pub fn current_stream(&self) -> Result<Stream> {
+        stream_pool::current_stream(self)
+    }
+
+    /// The next pooled stream, round-robin (does not change the current stream).
+    pub fn stream_from_pool(&self) -> Result<Stream> {
+        self.stream_at(self.0.pool.next_slot())
+    }
+
+    /// The default stream (slot 0).
+    pub fn default_stream(&self) -> Result<Stream> {
+        self.stream_at(0)
+    }
+
+    /// The stream of pool slot `index`.
+    pub fn stream_at(&self, index: usize) -> Result<Stream> {
+        Ok(Stream::new(self.clone(), index, self.0.pool.get(index)?))
+    }
+
+    /// Forgets the calling thread's pooled stream; the thread's next use picks a new one.
+    pub fn release_current_thread_slot(&self) {
+        stream_pool::release_current_thread_slot(self)
+    }
+
+    /// Streams in the pool, the default stream included.
+    pub fn pool_size(&self) -> usize {
+        self.0.pool.size()
+    }
+
+    /// Streams created so far (they are created lazily).
+    pub fn streams_created(&self) -> usize {
+        self.0.pool.created()
+    }
+
+    /// Waits for every stream of the device. Reports the first deferred kernel error.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut first = Ok(());
+        for (_, s) in self.0.pool.existing() {
+            let r = s.synchronize();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// A snapshot of the caching allocator's statistics.
+    pub fn allocator_stats(&self) -> AllocatorStats {
+        self.0.allocator.stats()
+    }
+
+    /// Returns every idle cached block to the backend.
+    pub fn empty_cache(&self) {
+        self.0.allocator.empty_cache()
+    }
+
+    pub(crate) fn allocator(&self) -> &CachingAllocator {
+        &self.0.allocator
+    }
+
+    pub(crate) fn pool(&self) -> &StreamPool {
+        &self.0.pool
+    }
+
+    pub(crate) fn cheap_events(&self) -> bool {
+        self.0.backend.cheap_events()
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn backend(&self) -> &Arc<dyn BackendDevice> {
+        &self.0.backend
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Device({})", self.0.name)
+    }
+}

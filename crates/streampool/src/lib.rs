@@ -1,0 +1,62 @@
+//! # streampool
+//!
+//! A tensor runtime that lets any number of threads run work on one device safely and fast.
+//! Load a model once, call it from every thread: each thread runs on its own stream from the
+//! device's pool, cross-stream hazards are handled automatically, and freed memory is reused
+//! across streams without races.
+//!
+//! | concept   | CPU backend                                  | CUDA backend (feature `cuda`)           |
+//! |-----------|----------------------------------------------|-----------------------------------------|
+//! | [`Device`]| the host; process-wide [`Device::cpu`]       | one GPU, [`Device::cuda`]              |
+//! | [`Stream`]| a worker thread running jobs in order        | a `CUstream`                            |
+//! | [`Event`] | "stream has completed `n` jobs"              | a `CUevent`                             |
+//! | allocator | caching, per-stream lists, heap blocks       | caching, per-stream lists, `cuMemAlloc` |
+//! | [`Tensor`]| `f32` kernels in Rust, `matrixmultiply`      | NVRTC kernels, cuBLAS                   |
+//! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device     |
+//!
+//! ```
+//! use std::sync::Arc;
+//! use streampool::{Device, Tensor};
+//!
+//! let dev = Device::cpu();
+//! let w = Arc::new(Tensor::randn(&[64, 64], 1, &dev).unwrap());
+//! let handles: Vec<_> = (0..4).map(|i| {
+//!     let w = w.clone();
+//!     std::thread::spawn(move || {
+//!         let dev = Device::cpu();
+//!         let x = Tensor::randn(&[8, 64], i, &dev).unwrap();
+//!         x.matmul(&w).unwrap().gelu().unwrap().to_vec::<f32>().unwrap()
+//!     })
+//! }).collect();
+//! for h in handles { assert_eq!(h.join().unwrap().len(), 8 * 64); }
+//! ```
+
+pub mod allocator;
+mod backend;
+mod cpu;
+mod device;
+mod dtype;
+mod error;
+mod event;
+pub mod kernel;
+mod kernel_cache;
+mod storage;
+mod stream;
+mod stream_pool;
+#[doc(hidden)]
+pub mod sync;
+pub mod tensor;
+
+#[cfg(loom)]
+mod loom_tests;
+
+pub use allocator::AllocatorStats;
+pub use device::{Device, DeviceConfig, DeviceKind};
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use event::Event;
+pub use kernel::Activation;
+pub use kernel_cache::KernelCache;
+pub use stream::Stream;
+pub use stream_pool::StreamGuard;
+pub use tensor::Tensor;

@@ -1,0 +1,1 @@
+//! loom models of the runtime's hand-offs (run with `RUSTFLAGS="--cfg loom"`).

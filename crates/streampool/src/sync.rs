@@ -1,0 +1,89 @@
+//! The one place `streampool` gets its synchronization primitives from.
+//!
+//! Normal builds use `parking_lot` locks and `std` atomics; `--cfg loom` builds use
+//! `loom`'s models, so the loom tests in `crate::loom_tests` run the real code paths
+//! (stream-slot assignment, allocator reuse, event hand-off) over every interleaving.
+//! This mirrors `tokio/src/loom/`. `parking_lot` (not `std::sync`) is used because it is
+//! compiled from source and therefore visible to ThreadSanitizer (see DESIGN.md).
+//!
+//! The wrappers give both worlds one API: `lock()` returns the guard directly and
+//! `Condvar::wait` takes and returns the guard.
+
+#[cfg(loom)]
+mod imp {
+    pub use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    pub use loom::sync::MutexGuard;
+
+    /// A mutex whose `lock` never reports poisoning (a panicking holder is a bug we surface elsewhere).
+    #[derive(Debug, Default)]
+    pub struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub fn new(value: T) -> Self {
+            Self(loom::sync::Mutex::new(value))
+        }
+        pub fn lock(&self) -> MutexGuard<'_, T> {
+            // loom only poisons after a panic inside the model, which fails the model anyway.
+            self.0.lock().unwrap()
+        }
+    }
+
+    /// Condition variable paired with [`Mutex`].
+    #[derive(Debug, Default)]
+    pub struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub fn new() -> Self {
+            Self(loom::sync::Condvar::new())
+        }
+        pub fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            // See `Mutex::lock`: poisoning only follows a model panic.
+            self.0.wait(guard).unwrap()
+        }
+        pub fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+}
+
+#[cfg(not(loom))]
+mod imp {
+    pub use parking_lot::MutexGuard;
+    pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+    /// A `parking_lot` mutex (never poisoned).
+    #[derive(Debug, Default)]
+    pub struct Mutex<T>(parking_lot::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub fn new(value: T) -> Self {
+            Self(parking_lot::Mutex::new(value))
+        }
+        #[inline]
+        pub fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+    }
+
+    /// Condition variable paired with [`Mutex`].
+    #[derive(Debug, Default)]
+    pub struct Condvar(parking_lot::Condvar);
+
+    impl Condvar {
+        pub fn new() -> Self {
+            Self(parking_lot::Condvar::new())
+        }
+        pub fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(&mut guard);
+            guard
+        }
+        pub fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+}
+
+pub use imp::*;
+/// `Arc` is always `std`'s: trait objects need unsized coercion, which loom's `Arc` lacks,
+/// and reference counting is not what the models check.
+pub use std::sync::Arc;

@@ -1,0 +1,335 @@
+//! Tensors: immutable, reference-counted views of device storage.
+//!
+//! Every op runs on the calling thread's current stream of the tensor's device and returns
+//! as soon as the work is queued; reading values back (`to_vec`) waits for it. Inputs
+//! written on other streams are waited for automatically (see [`crate::storage`]).
+
+mod layout;
+mod ops;
+
+pub use layout::{broadcast_shapes, contiguous_strides, Layout};
+
+use std::fmt;
+
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal, Uniform};
+
+use crate::backend::DevicePtr;
+use crate::dtype::{as_bytes, as_bytes_mut};
+use crate::kernel::Kernel;
+use crate::storage::Storage;
+use crate::sync::Arc;
+use crate::{DType, Device, Element, Error, Result, Stream};
+
+/// An n-dimensional array on a device. Cloning is cheap (shares storage). Tensors are
+/// `Send + Sync`: make one on a thread, use it on any other.
+///
+/// ```
+/// use streampool::{Device, Tensor};
+/// let dev = Device::cpu();
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2], &dev).unwrap();
+/// let b = a.matmul(&a).unwrap();
+/// assert_eq!(b.to_vec::<f32>().unwrap(), vec![7.0, 10.0, 15.0, 22.0]);
+/// ```
+#[derive(Clone)]
+pub struct Tensor(Arc<TensorInner>);
+
+struct TensorInner {
+    storage: Arc<Storage>,
+    layout: Layout,
+    dtype: DType,
+}
+
+/// One output an op will produce.
+pub(crate) struct OutSpec {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl OutSpec {
+    pub(crate) fn f32(shape: Vec<usize>) -> Self {
+        Self {
+            shape,
+            dtype: DType::F32,
+        }
+    }
+}
+
+/// Queues one kernel on `device`'s current stream: waits for the inputs' writers, allocates
+/// the outputs, launches, and wraps the outputs as tensors. `build` gets the output pointers.
+pub(crate) fn launch(
+    device: &Device,
+    inputs: &[&Tensor],
+    outs: Vec<OutSpec>,
+    build: impl FnOnce(&[DevicePtr]) -> Kernel,
+) -> Result<Vec<Tensor>> {
+    let stream = device.current_stream()?;
+    launch_on(&stream, inputs, outs, build)
+}
+
+pub(crate) fn launch_on(
+    stream: &Stream,
+    inputs: &[&Tensor],
+    outs: Vec<OutSpec>,
+    build: impl FnOnce(&[DevicePtr]) -> Kernel,
+) -> Result<Vec<Tensor>> {
+    let device = stream.device();
+    for t in inputs {
+        t.0.storage.prepare_use(stream)?;
+    }
+    let mut blocks = Vec::with_capacity(outs.len());
+    for o in &outs {
+        let bytes = o.shape.iter().product::<usize>() * o.dtype.size();
+        blocks.push(
+            device
+                .allocator()
+                .alloc(bytes, stream.index(), stream.inner.as_ref())?,
+        );
+    }
+    let ptrs: Vec<DevicePtr> = blocks.iter().map(|b| b.ptr).collect();
+    let kernel = build(&ptrs);
+    // SAFETY: input pointers are alive (we hold the tensors, and the allocator will not reuse
+    // their blocks until this stream passes the guard recorded when they are freed); outputs
+    // are fresh blocks of the right size; cross-stream writers were waited for above.
+    let launched = unsafe { stream.inner.launch(kernel) };
+    let event = if launched.is_ok() && device.cheap_events() {
+        Some(stream.inner.record(false)?)
+    } else {
+        None
+    };
+    let tensors = blocks
+        .into_iter()
+        .zip(outs)
+        .map(|(b, o)| {
+            Tensor::from_storage(
+                Storage::new(device.clone(), b, stream, event.clone()),
+                o.shape,
+                o.dtype,
+            )
+        })
+        .collect();
+    launched?;
+    Ok(tensors)
+}
+
+impl Tensor {
+    fn from_storage(storage: Storage, shape: Vec<usize>, dtype: DType) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            storage: Arc::new(storage),
+            layout: Layout::contiguous(&shape),
+            dtype,
+        }))
+    }
+
+    /// A view sharing this tensor's storage with another layout.
+    pub(crate) fn view(&self, layout: Layout) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            storage: self.0.storage.clone(),
+            layout,
+            dtype: self.0.dtype,
+        }))
+    }
+
+    /// Copies `data` (row-major, `shape`) to `device`.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], device: &Device) -> Result<Tensor> {
+        Self::from_slice(&data, shape, device)
+    }
+
+    /// Copies `data` (row-major, `shape`) to `device`.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: &Device) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(Error::shape(
+                "from_vec",
+                format!("{} elements do not fill shape {shape:?}", data.len()),
+            ));
+        }
+        let stream = device.current_stream()?;
+        let bytes = as_bytes(data).to_vec();
+        let block = device
+            .allocator()
+            .alloc(bytes.len(), stream.index(), stream.inner.as_ref())?;
+        let ptr = block.ptr;
+        // The storage owns the block before the copy is queued, so an error frees it.
+        let storage = Storage::new(device.clone(), block, &stream, None);
+        // SAFETY: the block holds at least `bytes.len()` bytes and stays allocated (the storage
+        // is alive, and once freed its guard covers this copy).
+        unsafe { stream.inner.copy_from_host(bytes, ptr)? };
+        let storage = if device.cheap_events() {
+            let block_event = stream.inner.record(false)?;
+            storage.with_write_event(block_event)
+        } else {
+            storage
+        };
+        Ok(Tensor::from_storage(storage, shape.to_vec(), T::DTYPE))
+    }
+
+    /// An `f32` tensor filled with `value`.
+    pub fn full(value: f32, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let len = shape.iter().product();
+        let out = launch(device, &[], vec![OutSpec::f32(shape.to_vec())], |o| {
+            Kernel::Fill {
+                out: o[0],
+                len,
+                value,
+            }
+        })?;
+        Ok(out.into_iter().next().expect("one output"))
+    }
+
+    /// An `f32` tensor of zeros.
+    pub fn zeros(shape: &[usize], device: &Device) -> Result<Tensor> {
+        Self::full(0.0, shape, device)
+    }
+
+    /// An `f32` tensor of ones.
+    pub fn ones(shape: &[usize], device: &Device) -> Result<Tensor> {
+        Self::full(1.0, shape, device)
+    }
+
+    /// Standard-normal `f32` values from a seeded generator (same seed, same values, on every
+    /// backend).
+    pub fn randn(shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let normal = Normal::new(0.0f32, 1.0).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let data: Vec<f32> = (0..shape.iter().product())
+            .map(|_| normal.sample(&mut rng))
+            .collect();
+        Self::from_vec(data, shape, device)
+    }
+
+    /// Uniform `f32` values in `[lo, hi)` from a seeded generator.
+    pub fn rand_uniform(
+        shape: &[usize],
+        lo: f32,
+        hi: f32,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Tensor> {
+        if lo.is_nan() || hi.is_nan() || lo >= hi {
+            return Err(Error::InvalidArgument(format!(
+                "rand_uniform: empty range [{lo}, {hi})"
+            )));
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let dist = Uniform::new(lo, hi);
+        let data: Vec<f32> = (0..shape.iter().product())
+            .map(|_| dist.sample(&mut rng))
+            .collect();
+        Self::from_vec(data, shape, device)
+    }
+
+    /// Copies the elements (row-major) to the host, waiting for the work that produces them.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType {
+                op: "to_vec",
+                expected: self.dtype(),
+                got: T::DTYPE,
+            });
+        }
+        let t = self.contiguous()?;
+        let stream = t.device().current_stream()?;
+        t.0.storage.prepare_use(&stream)?;
+        let mut out = vec![T::zeros_like(); t.elem_count()];
+        let src = t.ptr();
+        // SAFETY: the storage is alive (we hold `t`) and covers `elem_count` elements from `ptr`.
+        unsafe { stream.inner.copy_to_host(src, as_bytes_mut(&mut out))? };
+        Ok(out)
+    }
+
+    /// The single element of a one-element `f32` tensor.
+    pub fn to_scalar(&self) -> Result<f32> {
+        if self.elem_count() != 1 {
+            return Err(Error::shape(
+                "to_scalar",
+                format!("tensor of shape {:?} is not a scalar", self.dims()),
+            ));
+        }
+        Ok(self.to_vec::<f32>()?[0])
+    }
+
+    /// Copies this tensor to another device (through the host).
+    pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        if self.device().same(device) {
+            return Ok(self.clone());
+        }
+        match self.dtype() {
+            DType::F32 => Tensor::from_vec(self.to_vec::<f32>()?, self.dims(), device),
+            DType::F16 => Tensor::from_vec(self.to_vec::<half::f16>()?, self.dims(), device),
+            DType::BF16 => Tensor::from_vec(self.to_vec::<half::bf16>()?, self.dims(), device),
+            DType::I64 => Tensor::from_vec(self.to_vec::<i64>()?, self.dims(), device),
+        }
+    }
+
+    /// The shape.
+    pub fn dims(&self) -> &[usize] {
+        &self.0.layout.shape
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.layout.shape.len()
+    }
+
+    /// The number of elements.
+    pub fn elem_count(&self) -> usize {
+        self.0.layout.elem_count()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// The device holding the data.
+    pub fn device(&self) -> &Device {
+        self.0.storage.device()
+    }
+
+    /// The layout (shape, strides, offset).
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    /// Whether the elements are contiguous and row-major.
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    /// The address of element zero.
+    pub(crate) fn ptr(&self) -> DevicePtr {
+        self.0
+            .storage
+            .ptr()
+            .offset(self.0.layout.offset * self.0.dtype.size())
+    }
+
+    /// Whether `self` and `other` share storage.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({:?}, {:?}, {})",
+            self.dims(),
+            self.dtype(),
+            self.device().name()
+        )
+    }
+}
+
+/// A zero value of each element type (used to size host buffers).
+pub(crate) trait ZerosLike {
+    fn zeros_like() -> Self;
+}
+impl<T: Element> ZerosLike for T {
+    fn zeros_like() -> Self {
+        // SAFETY: `Element` types are numeric plain-old-data; all-zero bits is the value zero.
+        unsafe { std::mem::zeroed() }
+    }
+}

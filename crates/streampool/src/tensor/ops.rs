@@ -1,0 +1,604 @@
+//! Tensor operations. Each checks shapes, dtypes and devices and returns `Err` on mismatch,
+//! then describes its work as one [`Kernel`] for the device's backend.
+
+use super::{launch, Layout, OutSpec, Tensor};
+use crate::kernel::{Activation, BinaryOp, Kernel, MatOperand, ReduceOp, Strided, UnaryOp};
+use crate::{DType, Error, Result};
+
+fn one(mut v: Vec<Tensor>) -> Tensor {
+    // Every caller launches exactly one output.
+    v.pop().expect("one output")
+}
+
+impl Tensor {
+    fn expect_f32(&self, op: &'static str) -> Result<()> {
+        if self.dtype() != DType::F32 {
+            return Err(Error::DType {
+                op,
+                expected: DType::F32,
+                got: self.dtype(),
+            });
+        }
+        Ok(())
+    }
+
+    fn same_device(&self, other: &Tensor, op: &'static str) -> Result<()> {
+        if !self.device().same(other.device()) {
+            return Err(Error::Device {
+                op,
+                lhs: self.device().name(),
+                rhs: other.device().name(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_axis(&self, axis: usize, op: &'static str) -> Result<()> {
+        if axis >= self.rank() {
+            return Err(Error::shape(
+                op,
+                format!("axis {axis} out of range for shape {:?}", self.dims()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A contiguous copy (or `self` if already contiguous).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let l = self.layout().clone();
+        let (ptr, elem_size) = (self.ptr(), self.dtype().size());
+        let spec = OutSpec {
+            shape: l.shape.clone(),
+            dtype: self.dtype(),
+        };
+        Ok(one(launch(self.device(), &[self], vec![spec], |o| {
+            Kernel::Copy {
+                src: Strided {
+                    ptr,
+                    strides: l.strides.clone(),
+                },
+                shape: l.shape.clone(),
+                out: o[0],
+                elem_size,
+            }
+        })?))
+    }
+
+    /// The same elements with a new shape (a view when contiguous, else a copy).
+    ///
+    /// ```
+    /// # use streampool::{Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], &Device::cpu()).unwrap();
+    /// assert_eq!(x.reshape(&[3, 2]).unwrap().dims(), &[3, 2]);
+    /// assert!(x.reshape(&[4, 2]).is_err());
+    /// ```
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != self.elem_count() {
+            return Err(Error::shape(
+                "reshape",
+                format!("cannot reshape {:?} into {shape:?}", self.dims()),
+            ));
+        }
+        let t = self.contiguous()?;
+        let offset = t.layout().offset;
+        Ok(t.view(Layout {
+            offset,
+            ..Layout::contiguous(shape)
+        }))
+    }
+
+    /// Swaps two dimensions (a view).
+    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Tensor> {
+        self.check_axis(d0, "transpose")?;
+        self.check_axis(d1, "transpose")?;
+        let mut l = self.layout().clone();
+        l.shape.swap(d0, d1);
+        l.strides.swap(d0, d1);
+        Ok(self.view(l))
+    }
+
+    /// Swaps the last two dimensions (a view).
+    pub fn t(&self) -> Result<Tensor> {
+        if self.rank() < 2 {
+            return Err(Error::shape(
+                "t",
+                format!("needs rank >= 2, got {:?}", self.dims()),
+            ));
+        }
+        self.transpose(self.rank() - 2, self.rank() - 1)
+    }
+
+    /// Elements `start..start + len` along `axis` (a view).
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
+        self.check_axis(axis, "narrow")?;
+        if start + len > self.dims()[axis] {
+            return Err(Error::shape(
+                "narrow",
+                format!(
+                    "range {start}..{} out of bounds for axis {axis} of {:?}",
+                    start + len,
+                    self.dims()
+                ),
+            ));
+        }
+        let mut l = self.layout().clone();
+        l.offset += start * l.strides[axis];
+        l.shape[axis] = len;
+        Ok(self.view(l))
+    }
+
+    /// Batched matrix product: `[..., m, k] @ [..., k, n]`. The right operand may also be a
+    /// plain `[k, n]` matrix shared by every batch.
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        const OP: &str = "matmul";
+        self.expect_f32(OP)?;
+        rhs.expect_f32(OP)?;
+        self.same_device(rhs, OP)?;
+        if self.rank() < 2 || rhs.rank() < 2 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "needs rank >= 2, got {:?} and {:?}",
+                    self.dims(),
+                    rhs.dims()
+                ),
+            ));
+        }
+        let (ar, br) = (self.rank(), rhs.rank());
+        let (m, k) = (self.dims()[ar - 2], self.dims()[ar - 1]);
+        let (k2, n) = (rhs.dims()[br - 2], rhs.dims()[br - 1]);
+        if k != k2 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "inner dimensions differ: {:?} @ {:?}",
+                    self.dims(),
+                    rhs.dims()
+                ),
+            ));
+        }
+        let batch_dims = &self.dims()[..ar - 2];
+        if br > 2 && &rhs.dims()[..br - 2] != batch_dims {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "batch dimensions differ: {:?} @ {:?}",
+                    self.dims(),
+                    rhs.dims()
+                ),
+            ));
+        }
+        let batch: usize = batch_dims.iter().product();
+        let a = mat_operand(self)?;
+        let b = mat_operand(rhs)?;
+        let mut shape = batch_dims.to_vec();
+        shape.extend([m, n]);
+        let (ao, bo) = (a.1, b.1);
+        Ok(one(launch(
+            self.device(),
+            &[&a.0, &b.0],
+            vec![OutSpec::f32(shape)],
+            |o| Kernel::Matmul {
+                a: ao,
+                b: bo,
+                out: o[0],
+                batch,
+                m,
+                n,
+                k,
+            },
+        )?))
+    }
+
+    fn binary(&self, rhs: &Tensor, op: BinaryOp, name: &'static str) -> Result<Tensor> {
+        self.expect_f32(name)?;
+        rhs.expect_f32(name)?;
+        self.same_device(rhs, name)?;
+        let shape = super::broadcast_shapes(name, self.dims(), rhs.dims())?;
+        let sa = self.layout().broadcast_strides(&shape)?;
+        let sb = rhs.layout().broadcast_strides(&shape)?;
+        let (pa, pb) = (self.ptr(), rhs.ptr());
+        let s2 = shape.clone();
+        Ok(one(launch(
+            self.device(),
+            &[self, rhs],
+            vec![OutSpec::f32(shape)],
+            |o| Kernel::Binary {
+                op,
+                a: Strided {
+                    ptr: pa,
+                    strides: sa,
+                },
+                b: Strided {
+                    ptr: pb,
+                    strides: sb,
+                },
+                shape: s2,
+                out: o[0],
+            },
+        )?))
+    }
+
+    /// Element-wise `self + rhs` with broadcasting.
+    pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Add, "add")
+    }
+    /// Element-wise `self - rhs` with broadcasting.
+    pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Sub, "sub")
+    }
+    /// Element-wise `self * rhs` with broadcasting.
+    pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Mul, "mul")
+    }
+    /// Element-wise `self / rhs` with broadcasting.
+    pub fn div(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Div, "div")
+    }
+    /// Element-wise maximum with broadcasting.
+    pub fn maximum(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Max, "maximum")
+    }
+
+    fn unary(&self, op: UnaryOp, name: &'static str) -> Result<Tensor> {
+        self.expect_f32(name)?;
+        let x = self.contiguous()?;
+        let (ptr, len) = (x.ptr(), x.elem_count());
+        Ok(one(launch(
+            self.device(),
+            &[&x],
+            vec![OutSpec::f32(x.dims().to_vec())],
+            |o| Kernel::Unary {
+                op,
+                x: ptr,
+                out: o[0],
+                len,
+            },
+        )?))
+    }
+
+    /// `max(x, 0)`.
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu, "relu")
+    }
+    /// GELU, erf form (as in BERT).
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Gelu, "gelu")
+    }
+    /// Hyperbolic tangent.
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh, "tanh")
+    }
+    /// `e^x`.
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp, "exp")
+    }
+    /// Square root.
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt, "sqrt")
+    }
+    /// `x * x`.
+    pub fn sqr(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqr, "sqr")
+    }
+    /// `-x`.
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg, "neg")
+    }
+    /// `1 / x`.
+    pub fn recip(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Recip, "recip")
+    }
+    /// `x * mul + add`.
+    pub fn affine(&self, mul: f32, add: f32) -> Result<Tensor> {
+        self.unary(UnaryOp::Affine { mul, add }, "affine")
+    }
+    /// `x * factor`.
+    pub fn scale(&self, factor: f32) -> Result<Tensor> {
+        self.affine(factor, 0.0)
+    }
+
+    /// Softmax over the last axis.
+    pub fn softmax(&self) -> Result<Tensor> {
+        self.expect_f32("softmax")?;
+        let x = self.contiguous()?;
+        let cols = *x
+            .dims()
+            .last()
+            .ok_or_else(|| Error::shape("softmax", "scalar input"))?;
+        let rows = x.elem_count().checked_div(cols).unwrap_or(0);
+        let ptr = x.ptr();
+        Ok(one(launch(
+            self.device(),
+            &[&x],
+            vec![OutSpec::f32(x.dims().to_vec())],
+            |o| Kernel::Softmax {
+                x: ptr,
+                out: o[0],
+                rows,
+                cols,
+            },
+        )?))
+    }
+
+    /// Layer normalisation over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`.
+    pub fn layer_norm(&self, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
+        self.norm_impl(None, gamma, beta, eps, "layer_norm")
+    }
+
+    /// `layer_norm(self + residual)` in one kernel (the post-norm residual of BERT).
+    pub fn add_layer_norm(
+        &self,
+        residual: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f32,
+    ) -> Result<Tensor> {
+        if residual.dims() != self.dims() {
+            return Err(Error::shape(
+                "add_layer_norm",
+                format!(
+                    "residual {:?} differs from input {:?}",
+                    residual.dims(),
+                    self.dims()
+                ),
+            ));
+        }
+        self.norm_impl(Some(residual), gamma, beta, eps, "add_layer_norm")
+    }
+
+    fn norm_impl(
+        &self,
+        res: Option<&Tensor>,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f32,
+        op: &'static str,
+    ) -> Result<Tensor> {
+        let mut all = vec![self, gamma, beta];
+        all.extend(res);
+        for t in &all {
+            t.expect_f32(op)?;
+            self.same_device(t, op)?;
+        }
+        let cols = *self
+            .dims()
+            .last()
+            .ok_or_else(|| Error::shape(op, "scalar input"))?;
+        if gamma.dims() != [cols] || beta.dims() != [cols] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "gamma {:?} and beta {:?} must be [{cols}]",
+                    gamma.dims(),
+                    beta.dims()
+                ),
+            ));
+        }
+        if eps.is_nan() || eps < 0.0 {
+            return Err(Error::InvalidArgument(format!(
+                "{op}: eps must be >= 0, got {eps}"
+            )));
+        }
+        let x = self.contiguous()?;
+        let r = res.map(|r| r.contiguous()).transpose()?;
+        let (g, b) = (gamma.contiguous()?, beta.contiguous()?);
+        let rows = x.elem_count().checked_div(cols).unwrap_or(0);
+        let (px, pr, pg, pb) = (x.ptr(), r.as_ref().map(|r| r.ptr()), g.ptr(), b.ptr());
+        let mut inputs = vec![&x, &g, &b];
+        inputs.extend(r.as_ref());
+        Ok(one(launch(
+            self.device(),
+            &inputs,
+            vec![OutSpec::f32(x.dims().to_vec())],
+            |o| Kernel::LayerNorm {
+                x: px,
+                residual: pr,
+                gamma: pg,
+                beta: pb,
+                out: o[0],
+                rows,
+                cols,
+                eps,
+            },
+        )?))
+    }
+
+    /// `act(self + bias)` with `bias` of shape `[last dim]`, in one kernel.
+    pub fn bias_act(&self, bias: &Tensor, act: Activation) -> Result<Tensor> {
+        const OP: &str = "bias_act";
+        self.expect_f32(OP)?;
+        bias.expect_f32(OP)?;
+        self.same_device(bias, OP)?;
+        let cols = *self
+            .dims()
+            .last()
+            .ok_or_else(|| Error::shape(OP, "scalar input"))?;
+        if bias.dims() != [cols] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "bias {:?} must be [{cols}] for input {:?}",
+                    bias.dims(),
+                    self.dims()
+                ),
+            ));
+        }
+        let (x, b) = (self.contiguous()?, bias.contiguous()?);
+        let rows = x.elem_count().checked_div(cols).unwrap_or(0);
+        let (px, pb) = (x.ptr(), b.ptr());
+        Ok(one(launch(
+            self.device(),
+            &[&x, &b],
+            vec![OutSpec::f32(x.dims().to_vec())],
+            |o| Kernel::BiasAct {
+                x: px,
+                bias: pb,
+                out: o[0],
+                rows,
+                cols,
+                act,
+            },
+        )?))
+    }
+
+    /// Rows of this `[rows, dim]` table picked by `i64` `ids` of any shape; the result has
+    /// shape `ids.dims() + [dim]`. Ids out of `0..rows` give rows of zeros (a device kernel
+    /// cannot report per-element errors cheaply; use [`Tensor::embedding`] to reject them).
+    pub fn index_select(&self, ids: &Tensor) -> Result<Tensor> {
+        const OP: &str = "index_select";
+        self.expect_f32(OP)?;
+        if ids.dtype() != DType::I64 {
+            return Err(Error::DType {
+                op: OP,
+                expected: DType::I64,
+                got: ids.dtype(),
+            });
+        }
+        self.same_device(ids, OP)?;
+        if self.rank() != 2 {
+            return Err(Error::shape(
+                OP,
+                format!("table must be [rows, dim], got {:?}", self.dims()),
+            ));
+        }
+        let (table_rows, row_len) = (self.dims()[0], self.dims()[1]);
+        let (t, i) = (self.contiguous()?, ids.contiguous()?);
+        let n_ids = i.elem_count();
+        let mut shape = i.dims().to_vec();
+        shape.push(row_len);
+        let (pt, pi) = (t.ptr(), i.ptr());
+        Ok(one(launch(
+            self.device(),
+            &[&t, &i],
+            vec![OutSpec::f32(shape)],
+            |o| Kernel::IndexSelect {
+                table: pt,
+                ids: pi,
+                out: o[0],
+                n_ids,
+                row_len,
+                table_rows,
+            },
+        )?))
+    }
+
+    /// Embedding lookup of host `ids` (checked against the table size) with result shape
+    /// `shape + [dim]`.
+    pub fn embedding(&self, ids: &[i64], shape: &[usize]) -> Result<Tensor> {
+        let rows = self.dims().first().copied().unwrap_or(0) as i64;
+        if let Some(bad) = ids.iter().find(|&&i| i < 0 || i >= rows) {
+            return Err(Error::InvalidArgument(format!(
+                "embedding: id {bad} out of range 0..{rows}"
+            )));
+        }
+        let ids = Tensor::from_slice(ids, shape, self.device())?;
+        self.index_select(&ids)
+    }
+
+    fn reduce(
+        &self,
+        axis: usize,
+        keepdim: bool,
+        op: ReduceOp,
+        name: &'static str,
+    ) -> Result<Tensor> {
+        self.expect_f32(name)?;
+        self.check_axis(axis, name)?;
+        let x = self.contiguous()?;
+        let d = x.dims();
+        let (outer, len, inner) = (
+            d[..axis].iter().product(),
+            d[axis],
+            d[axis + 1..].iter().product(),
+        );
+        if len == 0 && op == ReduceOp::Max {
+            return Err(Error::shape(name, "max over an empty axis"));
+        }
+        let mut shape = d.to_vec();
+        if keepdim {
+            shape[axis] = 1;
+        } else {
+            shape.remove(axis);
+        }
+        let ptr = x.ptr();
+        Ok(one(launch(
+            self.device(),
+            &[&x],
+            vec![OutSpec::f32(shape)],
+            |o| Kernel::Reduce {
+                op,
+                x: ptr,
+                out: o[0],
+                outer,
+                axis: len,
+                inner,
+            },
+        )?))
+    }
+
+    /// Sum over `axis`.
+    pub fn sum(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(axis, keepdim, ReduceOp::Sum, "sum")
+    }
+    /// Mean over `axis`.
+    pub fn mean(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(axis, keepdim, ReduceOp::Mean, "mean")
+    }
+    /// Maximum over `axis`.
+    pub fn max(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce(axis, keepdim, ReduceOp::Max, "max")
+    }
+}
+
+/// A matmul operand view of `t` (`[..., rows, cols]`), copying `t` if its batch dimensions
+/// do not collapse to one stride or neither matrix stride is 1. Returns the tensor the
+/// operand points into (keep it alive) and the operand.
+fn mat_operand(t: &Tensor) -> Result<(Tensor, MatOperand)> {
+    let fits = |t: &Tensor| {
+        let l = t.layout();
+        let r = l.shape.len();
+        let (rs, cs) = (l.strides[r - 2], l.strides[r - 1]);
+        let unit = cs == 1 || rs == 1;
+        // Batch dims collapse if each (non-trivial) dim's stride is the next one's extent times stride.
+        let mut collapse = true;
+        let mut batch_stride = None;
+        for i in (0..r - 2).rev() {
+            if l.shape[i] == 1 {
+                continue;
+            }
+            match batch_stride {
+                None => batch_stride = Some((l.strides[i], l.shape[i])),
+                Some((s, n)) => {
+                    if l.strides[i] != s * n {
+                        collapse = false;
+                    }
+                    batch_stride = Some((l.strides[i], l.shape[i]));
+                }
+            }
+        }
+        // The innermost non-trivial batch dim gives the batch stride.
+        let bs = (0..r - 2)
+            .rev()
+            .find(|&i| l.shape[i] != 1)
+            .map_or(0, |i| l.strides[i]);
+        (unit && collapse).then_some((bs, rs, cs))
+    };
+    let t = if fits(t).is_some() {
+        t.clone()
+    } else {
+        t.contiguous()?
+    };
+    // A contiguous tensor always fits.
+    let (batch_stride, rs, cs) = fits(&t).expect("contiguous operand fits");
+    let op = MatOperand {
+        ptr: t.ptr(),
+        batch_stride,
+        rs,
+        cs,
+    };
+    Ok((t, op))
+}
