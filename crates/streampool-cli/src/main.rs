@@ -1,1 +1,29 @@
-fn main() {}
+//! `streampool`: self-check, benchmarks and tools for the streampool runtime.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+/// Concurrent inference runtime: many threads, one device, no crashes.
+#[derive(Parser)]
+#[command(name = "streampool", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a short self-test of the runtime on a device and report pass/fail.
+    Check(commands::check::Args),
+    /// Benchmark forward throughput from many threads.
+    Bench(commands::bench::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check(a) => commands::check::run(a),
+        Command::Bench(a) => commands::bench::run(a),
+    }
+}

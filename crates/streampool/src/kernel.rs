@@ -149,6 +149,9 @@ pub enum Kernel {
         row_len: usize,
         table_rows: usize,
     },
+    /// Keeps the stream busy for `nanos` nanoseconds (tests use it to make a stream slow on
+    /// purpose, to prove cross-stream ordering).
+    Sleep { nanos: u64 },
     /// Reduces the middle axis of a contiguous `[outer, axis, inner]` into `[outer, inner]`.
     Reduce {
         op: ReduceOp,

@@ -55,6 +55,15 @@ impl Stream {
         self.inner.wait(&event.inner)
     }
 
+    /// Queues a delay of `duration` on this stream: later work on it starts no sooner. For
+    /// tests that make a producer stream slow on purpose.
+    #[doc(hidden)]
+    pub fn debug_delay(&self, duration: std::time::Duration) -> Result<()> {
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: the kernel touches no memory.
+        unsafe { self.inner.launch(crate::kernel::Kernel::Sleep { nanos }) }
+    }
+
     /// Records a (timed) event after all work queued so far.
     pub fn record_event(&self) -> Result<Event> {
         Event::record(self)

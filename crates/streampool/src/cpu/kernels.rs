@@ -26,6 +26,7 @@ unsafe fn dst<'a>(ptr: DevicePtr, len: usize) -> &'a mut [f32] {
 pub(crate) unsafe fn run(kernel: &Kernel) {
     match kernel {
         Kernel::Fill { out, len, value } => dst(*out, *len).fill(*value),
+        Kernel::Sleep { nanos } => std::thread::sleep(std::time::Duration::from_nanos(*nanos)),
         Kernel::Copy {
             src: s,
             shape,

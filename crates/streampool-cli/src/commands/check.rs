@@ -1,0 +1,155 @@
+//! `streampool check`: a short self-test that exercises every runtime mechanism once.
+
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use streampool::{Device, Event, StreamGuard, Tensor};
+
+/// Arguments of `streampool check`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device to check: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Threads used by the concurrent part.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+}
+
+fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
+}
+
+/// Runs the self-test; prints one line per step.
+pub fn run(args: Args) -> Result<()> {
+    let dev = super::device::open(&args.device)?;
+    let start = Instant::now();
+    let step = |name: &str, r: Result<()>| -> Result<()> {
+        match &r {
+            Ok(()) => println!("ok    {name}"),
+            Err(e) => println!("FAIL  {name}: {e:#}"),
+        }
+        r.with_context(|| format!("check step {name:?} failed"))
+    };
+    println!(
+        "streampool check on {} (pool of {} streams)",
+        dev.name(),
+        dev.pool_size()
+    );
+    step("matmul against host reference", matmul_matches(&dev))?;
+    step("events order two streams", events_order(&dev))?;
+    step(
+        "concurrent forwards agree with one thread",
+        concurrent(&dev, args.threads),
+    )?;
+    step("bad input is an error, not a crash", bad_input(&dev))?;
+    dev.synchronize()?;
+    let s = dev.allocator_stats();
+    println!(
+        "all checks passed in {:.2?}; streams created {}, allocator: {} allocs, {} cache hits, peak reserved {} KiB",
+        start.elapsed(),
+        dev.streams_created(),
+        s.allocs,
+        s.cache_hits,
+        s.peak_reserved / 1024
+    );
+    Ok(())
+}
+
+fn matmul_matches(dev: &Device) -> Result<()> {
+    let (m, k, n) = (7, 13, 5);
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0)
+        .collect();
+    let b: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0)
+        .collect();
+    let mut want = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            want[i * n + j] = (0..k)
+                .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                .sum::<f64>() as f32;
+        }
+    }
+    let got = Tensor::from_vec(a, &[m, k], dev)?
+        .matmul(&Tensor::from_vec(b, &[k, n], dev)?)?
+        .to_vec::<f32>()?;
+    ensure!(close(&got, &want, 1e-5), "matmul differs from reference");
+    Ok(())
+}
+
+fn events_order(dev: &Device) -> Result<()> {
+    let (s1, s2) = (dev.stream_at(1)?, dev.stream_at(2)?);
+    let x = {
+        let _g = StreamGuard::new(&s1);
+        s1.debug_delay(std::time::Duration::from_millis(20))?;
+        Tensor::full(3.0, &[1024], dev)?
+    };
+    let e = Event::record(&s1)?;
+    s2.wait_event(&e)?;
+    let _g = StreamGuard::new(&s2);
+    let y = x.scale(2.0)?.to_vec::<f32>()?;
+    ensure!(
+        y.iter().all(|&v| v == 6.0),
+        "stream 2 read before stream 1 wrote"
+    );
+    Ok(())
+}
+
+fn concurrent(dev: &Device, threads: usize) -> Result<()> {
+    let w = Tensor::randn(&[64, 64], 7, dev)?;
+    let reference: Vec<Vec<f32>> = (0..threads)
+        .map(|t| -> Result<Vec<f32>> {
+            Ok(Tensor::randn(&[4, 64], t as u64, dev)?
+                .matmul(&w)?
+                .gelu()?
+                .to_vec::<f32>()?)
+        })
+        .collect::<Result<_>>()?;
+    std::thread::scope(|s| -> Result<()> {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (w, dev) = (w.clone(), dev.clone());
+                s.spawn(move || -> Result<Vec<f32>> {
+                    let mut last = Vec::new();
+                    for _ in 0..20 {
+                        last = Tensor::randn(&[4, 64], t as u64, &dev)?
+                            .matmul(&w)?
+                            .gelu()?
+                            .to_vec::<f32>()?;
+                    }
+                    Ok(last)
+                })
+            })
+            .collect();
+        for (t, h) in handles.into_iter().enumerate() {
+            let got = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("thread {t} panicked"))??;
+            ensure!(
+                close(&got, &reference[t], 1e-5),
+                "thread {t} got a wrong result"
+            );
+        }
+        Ok(())
+    })
+}
+
+fn bad_input(dev: &Device) -> Result<()> {
+    let a = Tensor::zeros(&[2, 3], dev)?;
+    ensure!(a.matmul(&a).is_err(), "mismatched matmul was accepted");
+    ensure!(
+        Tensor::from_vec(vec![1.0f32; 5], &[2, 3], dev).is_err(),
+        "wrong element count was accepted"
+    );
+    // The device still works after errors.
+    ensure!(
+        a.relu()?.to_vec::<f32>()? == vec![0.0; 6],
+        "device broken after an error"
+    );
+    Ok(())
+}

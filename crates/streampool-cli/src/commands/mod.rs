@@ -1,0 +1,5 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod check;
+pub mod device;
