@@ -1,0 +1,1 @@
+//! Dynamic batching over any model (work in progress).

@@ -1,0 +1,1 @@
+//! Layers and models on the streampool runtime (work in progress).
