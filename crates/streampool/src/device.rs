@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 use crate::allocator::{AllocatorStats, CachingAllocator};
 use crate::backend::BackendDevice;
 use crate::stream_pool::{self, StreamPool};
-use crate::sync::{Arc, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sync::Arc;
 use crate::{Result, Stream};
 
 /// Which backend a device runs on.
@@ -59,6 +61,8 @@ pub(crate) struct DeviceInner {
 #[derive(Clone)]
 pub struct Device(Arc<DeviceInner>);
 
+/// Process-wide device ids (std atomics even under loom: a static needs a const constructor,
+/// and id numbering is not part of any modelled hand-off).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Device {
