@@ -3,3 +3,4 @@
 pub mod bench;
 pub mod check;
 pub mod device;
+pub mod soak;
