@@ -1,0 +1,279 @@
+//! BERT-family encoders (BERT, MiniLM, ...) from Hugging Face checkpoints.
+
+use std::path::Path;
+
+use streampool::{Device, Tensor};
+
+use crate::layers::{AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer};
+use crate::weights::{HostTensor, WeightFile};
+use crate::{BertConfig, Error, Result};
+
+/// One batch of token ids for a BERT model: row-major `[batch, seq]` arrays, padded on the
+/// right, with an attention mask of 1 (token) and 0 (padding).
+///
+/// ```
+/// use streampool_nn::BertInput;
+/// let input = BertInput::from_sequences(&[vec![101, 7, 102], vec![101, 102]]).unwrap();
+/// assert_eq!((input.batch_size(), input.seq_len()), (2, 3));
+/// assert_eq!(input.attention_mask(), &[1, 1, 1, 1, 1, 0]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BertInput {
+    input_ids: Vec<i64>,
+    attention_mask: Vec<i64>,
+    token_type_ids: Vec<i64>,
+    batch_size: usize,
+    seq_len: usize,
+}
+
+impl BertInput {
+    /// From row-major `[batch_size, seq]` arrays; `token_type_ids` default to all 0.
+    pub fn new(
+        input_ids: Vec<i64>,
+        attention_mask: Vec<i64>,
+        token_type_ids: Option<Vec<i64>>,
+        batch_size: usize,
+    ) -> Result<Self> {
+        if batch_size == 0 || input_ids.is_empty() || !input_ids.len().is_multiple_of(batch_size) {
+            return Err(Error::Input(format!(
+                "{} input ids do not form a non-empty batch of {batch_size} rows",
+                input_ids.len()
+            )));
+        }
+        let token_type_ids = token_type_ids.unwrap_or_else(|| vec![0; input_ids.len()]);
+        for (name, v) in [
+            ("attention_mask", &attention_mask),
+            ("token_type_ids", &token_type_ids),
+        ] {
+            if v.len() != input_ids.len() {
+                return Err(Error::Input(format!(
+                    "{name} has {} values but input_ids has {}",
+                    v.len(),
+                    input_ids.len()
+                )));
+            }
+        }
+        let seq_len = input_ids.len() / batch_size;
+        Ok(Self {
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            batch_size,
+            seq_len,
+        })
+    }
+
+    /// Right-pads `sequences` with id 0 to the longest one.
+    pub fn from_sequences(sequences: &[Vec<i64>]) -> Result<Self> {
+        let seq = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(sequences.len() * seq);
+        let mut mask = Vec::with_capacity(sequences.len() * seq);
+        for s in sequences {
+            ids.extend(s.iter().copied().chain(std::iter::repeat(0)).take(seq));
+            mask.extend((0..seq).map(|i| i64::from(i < s.len())));
+        }
+        Self::new(ids, mask, None, sequences.len())
+    }
+
+    /// Rows in the batch.
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+    /// Tokens per row (padding included).
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+    /// Token ids, `[batch, seq]` row-major.
+    pub fn input_ids(&self) -> &[i64] {
+        &self.input_ids
+    }
+    /// 1 for tokens, 0 for padding, `[batch, seq]` row-major.
+    pub fn attention_mask(&self) -> &[i64] {
+        &self.attention_mask
+    }
+    /// Segment ids, `[batch, seq]` row-major.
+    pub fn token_type_ids(&self) -> &[i64] {
+        &self.token_type_ids
+    }
+}
+
+/// Word + position + token-type embeddings, then LayerNorm.
+#[derive(Debug, Clone)]
+struct BertEmbeddings {
+    word: Embedding,
+    position: Embedding,
+    token_type: Embedding,
+    /// `position + token_type[0]`, precomputed: with all-zero token types (the usual case)
+    /// the three-way sum is one broadcast add.
+    position_type0: Tensor,
+    norm: LayerNorm,
+}
+
+impl BertEmbeddings {
+    fn load(file: &WeightFile, p: &str, c: &BertConfig, device: &Device) -> Result<Self> {
+        let h = c.hidden_size;
+        let word = file.get(
+            &format!("{p}embeddings.word_embeddings.weight"),
+            &[c.vocab_size, h],
+        )?;
+        let position = file.get(
+            &format!("{p}embeddings.position_embeddings.weight"),
+            &[c.max_position_embeddings, h],
+        )?;
+        let token_type = file.get(
+            &format!("{p}embeddings.token_type_embeddings.weight"),
+            &[c.type_vocab_size, h],
+        )?;
+        let type0 = &token_type.data()[..h];
+        let sum: Vec<f32> = position
+            .data()
+            .chunks_exact(h)
+            .flat_map(|row| row.iter().zip(type0).map(|(p, t)| p + t))
+            .collect();
+        let position_type0 = HostTensor::new(sum, position.shape())?.to_device(device)?;
+        Ok(Self {
+            word: Embedding::new(&word, device)?,
+            position: Embedding::new(&position, device)?,
+            token_type: Embedding::new(&token_type, device)?,
+            position_type0,
+            norm: LayerNorm::load(
+                file,
+                &format!("{p}embeddings.LayerNorm"),
+                h,
+                c.layer_norm_eps as f32,
+                device,
+            )?,
+        })
+    }
+
+    fn forward(&self, input: &BertInput) -> Result<Tensor> {
+        let (b, s) = (input.batch_size, input.seq_len);
+        if s > self.position.rows() {
+            return Err(Error::Input(format!(
+                "sequence of {s} tokens is longer than the model's {} positions",
+                self.position.rows()
+            )));
+        }
+        let words = self.word.forward(&input.input_ids, &[b, s])?;
+        let x = if input.token_type_ids.iter().all(|&t| t == 0) {
+            words.add(&self.position_type0.narrow(0, 0, s)?)?
+        } else {
+            let types = self.token_type.forward(&input.token_type_ids, &[b, s])?;
+            words
+                .add(&types)?
+                .add(&self.position.table().narrow(0, 0, s)?)?
+        };
+        self.norm.forward(&x)
+    }
+}
+
+/// A BERT-style encoder: embeddings and a stack of post-norm transformer layers. Weights are
+/// read-only after load, so one `Arc<BertModel>` serves any number of threads, each running
+/// on its own stream; `forward` takes `&self` and no lock.
+///
+/// The pooler (`pooler.dense`) is not loaded: sentence embeddings use mean pooling
+/// ([`crate::SentenceEmbedder`]).
+///
+/// ```
+/// use streampool::Device;
+/// use streampool_nn::{tiny_bert_dir, BertInput, BertModel};
+/// let model = BertModel::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+/// let input = BertInput::from_sequences(&[vec![101, 7592, 102]]).unwrap();
+/// let hidden = model.forward(&input).unwrap();
+/// assert_eq!(hidden.dims(), &[1, 3, model.config().hidden_size]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct BertModel {
+    config: BertConfig,
+    embeddings: BertEmbeddings,
+    layers: Vec<TransformerEncoderLayer>,
+    device: Device,
+}
+
+impl BertModel {
+    /// Loads `dir/config.json` and `dir/model.safetensors` onto `device`.
+    pub fn load(device: &Device, dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let config = BertConfig::from_file(dir.join("config.json"))?;
+        Self::load_weights(device, &config, dir.join("model.safetensors"))
+    }
+
+    /// Loads the weights at `weights` (safetensors, Hugging Face names, with or without the
+    /// `bert.` prefix; F32, F16 or BF16, upcast to f32) for `config`.
+    pub fn load_weights(
+        device: &Device,
+        config: &BertConfig,
+        weights: impl AsRef<Path>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let file = WeightFile::open(weights)?;
+        let prefix = if !file.contains("embeddings.word_embeddings.weight")
+            && file.contains("bert.embeddings.word_embeddings.weight")
+        {
+            "bert."
+        } else {
+            ""
+        };
+        let embeddings = BertEmbeddings::load(&file, prefix, config, device)?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| {
+                TransformerEncoderLayer::load_bert(
+                    &file,
+                    &format!("{prefix}encoder.layer.{i}"),
+                    config,
+                    device,
+                )
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            config: config.clone(),
+            embeddings,
+            layers,
+            device: device.clone(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// The device holding the weights.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The last hidden state, `[batch, seq, hidden]`, computed on the calling thread's
+    /// current stream. Rows at padded positions are computed but meaningless.
+    pub fn forward(&self, input: &BertInput) -> Result<Tensor> {
+        let mut states = self.run(input, false)?;
+        // `run` always returns at least the final state.
+        Ok(states.pop().expect("final hidden state"))
+    }
+
+    /// Every hidden state: index 0 is the embedding output (after LayerNorm), index `n` the
+    /// output of layer `n - 1` (Hugging Face's `output_hidden_states`).
+    pub fn forward_hidden_states(&self, input: &BertInput) -> Result<Vec<Tensor>> {
+        self.run(input, true)
+    }
+
+    fn run(&self, input: &BertInput, keep_all: bool) -> Result<Vec<Tensor>> {
+        let mask = AttentionMask::new(
+            &input.attention_mask,
+            input.batch_size,
+            input.seq_len,
+            &self.device,
+        )?;
+        let mut x = self.embeddings.forward(input)?;
+        let mut states = Vec::new();
+        for layer in &self.layers {
+            let next = layer.forward(&x, Some(&mask))?;
+            if keep_all {
+                states.push(x);
+            }
+            x = next;
+        }
+        states.push(x);
+        Ok(states)
+    }
+}

@@ -1,0 +1,115 @@
+//! Sentence embeddings: tokenizer + BERT + mean pooling + L2 normalisation.
+
+use std::path::Path;
+
+use streampool::{Device, Tensor};
+
+use crate::pooling::{l2_normalize, mean_pool};
+use crate::{BertInput, BertModel, BertTokenizer, Error, Result};
+
+/// Turns sentences into unit-length vectors, as sentence-transformers does for models such
+/// as all-MiniLM-L6-v2. `Send + Sync`: share one `Arc<SentenceEmbedder>` between threads.
+///
+/// ```
+/// use streampool::Device;
+/// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+/// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+/// let v = emb.embed(&["a first sentence", "and another"]).unwrap();
+/// assert_eq!((v.len(), v[0].len()), (2, emb.dim()));
+/// let norm: f32 = v[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+/// assert!((norm - 1.0).abs() < 1e-5);
+/// ```
+pub struct SentenceEmbedder {
+    tokenizer: BertTokenizer,
+    model: BertModel,
+}
+
+impl SentenceEmbedder {
+    /// Loads a model folder: `config.json`, `model.safetensors` and `tokenizer.json`. Inputs
+    /// are truncated to `max_seq_length` of `sentence_bert_config.json` when the folder has
+    /// one (256 for all-MiniLM-L6-v2), never beyond the model's positions.
+    pub fn load(device: &Device, dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let model = BertModel::load(device, dir)?;
+        let max_len = max_seq_length(dir)?
+            .unwrap_or(usize::MAX)
+            .min(model.config().max_position_embeddings);
+        let tokenizer = BertTokenizer::from_file(dir.join("tokenizer.json"), max_len)?;
+        Self::new(tokenizer, model)
+    }
+
+    /// Pairs a tokenizer with a model; the tokenizer must not produce sequences longer than
+    /// the model's positions.
+    pub fn new(tokenizer: BertTokenizer, model: BertModel) -> Result<Self> {
+        if tokenizer.max_len() > model.config().max_position_embeddings {
+            return Err(Error::Input(format!(
+                "tokenizer truncates at {} tokens but the model has {} positions",
+                tokenizer.max_len(),
+                model.config().max_position_embeddings
+            )));
+        }
+        Ok(Self { tokenizer, model })
+    }
+
+    /// The embedding width.
+    pub fn dim(&self) -> usize {
+        self.model.config().hidden_size
+    }
+
+    /// The encoder.
+    pub fn model(&self) -> &BertModel {
+        &self.model
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &BertTokenizer {
+        &self.tokenizer
+    }
+
+    /// Tokenizes `texts` into one padded batch.
+    pub fn tokenize(&self, texts: &[&str]) -> Result<BertInput> {
+        self.tokenizer.encode_batch(texts)
+    }
+
+    /// Unit-length embeddings `[batch, dim]` of a tokenized batch, left on the device.
+    pub fn embed_input(&self, input: &BertInput) -> Result<Tensor> {
+        let hidden = self.model.forward(input)?;
+        l2_normalize(&mean_pool(&hidden, input.attention_mask())?)
+    }
+
+    /// One unit-length embedding per text, computed as one batch on the calling thread's
+    /// current stream. No texts give no embeddings.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let flat = self.embed_input(&self.tokenize(texts)?)?.to_vec::<f32>()?;
+        Ok(flat.chunks_exact(self.dim()).map(<[f32]>::to_vec).collect())
+    }
+}
+
+/// `max_seq_length` from `dir/sentence_bert_config.json`, if that file exists.
+fn max_seq_length(dir: &Path) -> Result<Option<usize>> {
+    let path = dir.join("sentence_bert_config.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|source| Error::Json {
+        path: path.clone(),
+        source,
+    })?;
+    match v.get("max_seq_length") {
+        None => Ok(None),
+        Some(n) => n
+            .as_u64()
+            .filter(|&n| n > 0)
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{}: max_seq_length must be a positive integer, got {n}",
+                    path.display()
+                ))
+            }),
+    }
+}

@@ -1,0 +1,79 @@
+//! One post-norm transformer encoder layer, as in BERT.
+
+use streampool::{Device, Tensor};
+
+use super::{AttentionMask, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention};
+use crate::weights::WeightFile;
+use crate::{BertConfig, Result};
+
+/// `h = LN1(x + attn(x))`, `out = LN2(h + mlp(h))` (post-norm, as BERT), with each residual
+/// add fused into its LayerNorm.
+#[derive(Debug, Clone)]
+pub struct TransformerEncoderLayer {
+    attn: MultiheadAttention,
+    attn_norm: LayerNorm,
+    mlp: Mlp,
+    out_norm: LayerNorm,
+}
+
+impl TransformerEncoderLayer {
+    /// Assembles a layer from its parts.
+    pub fn new(
+        attn: MultiheadAttention,
+        attn_norm: LayerNorm,
+        mlp: Mlp,
+        out_norm: LayerNorm,
+    ) -> Self {
+        Self {
+            attn,
+            attn_norm,
+            mlp,
+            out_norm,
+        }
+    }
+
+    /// Loads layer `prefix` (e.g. `encoder.layer.0`) of a Hugging Face BERT checkpoint.
+    pub fn load_bert(
+        file: &WeightFile,
+        prefix: &str,
+        config: &BertConfig,
+        device: &Device,
+    ) -> Result<Self> {
+        let (h, i) = (config.hidden_size, config.intermediate_size);
+        let eps = config.layer_norm_eps as f32;
+        let p = |name: &str, out: usize, inp: usize| {
+            LinearParams::load(file, &format!("{prefix}.{name}"), out, inp)
+        };
+        let attn = MultiheadAttention::new(
+            &p("attention.self.query", h, h)?,
+            &p("attention.self.key", h, h)?,
+            &p("attention.self.value", h, h)?,
+            &p("attention.output.dense", h, h)?,
+            config.num_attention_heads,
+            device,
+        )?;
+        let attn_norm = LayerNorm::load(
+            file,
+            &format!("{prefix}.attention.output.LayerNorm"),
+            h,
+            eps,
+            device,
+        )?;
+        let mlp = Mlp::new(
+            Linear::new(&p("intermediate.dense", i, h)?, device)?,
+            config.activation()?,
+            Linear::new(&p("output.dense", h, i)?, device)?,
+        )?;
+        let out_norm =
+            LayerNorm::load(file, &format!("{prefix}.output.LayerNorm"), h, eps, device)?;
+        Ok(Self::new(attn, attn_norm, mlp, out_norm))
+    }
+
+    /// Runs the layer on `x: [batch, seq, hidden]`.
+    pub fn forward(&self, x: &Tensor, mask: Option<&AttentionMask>) -> Result<Tensor> {
+        let a = self.attn.forward(x, mask)?;
+        let h = self.attn_norm.forward_residual(&a, x)?;
+        let m = self.mlp.forward(&h)?;
+        self.out_norm.forward_residual(&m, &h)
+    }
+}

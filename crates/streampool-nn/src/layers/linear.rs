@@ -1,0 +1,131 @@
+//! Fully connected layer.
+
+use streampool::{Device, Tensor};
+
+use crate::weights::{HostTensor, WeightFile};
+use crate::{Activation, Error, Result};
+
+/// The weights of a [`Linear`] layer as stored by PyTorch: `weight` is `[out, in]`, `bias`
+/// is `[out]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearParams {
+    pub weight: HostTensor,
+    pub bias: Option<HostTensor>,
+}
+
+impl LinearParams {
+    /// Checks the shapes and makes the pair.
+    pub fn new(weight: HostTensor, bias: Option<HostTensor>) -> Result<Self> {
+        let [out, _] = weight.shape()[..] else {
+            return Err(Error::Input(format!(
+                "linear weight must be [out, in], got {:?}",
+                weight.shape()
+            )));
+        };
+        if let Some(b) = &bias {
+            b.expect_shape("linear bias", &[out])?;
+        }
+        Ok(Self { weight, bias })
+    }
+
+    /// Reads `{prefix}.weight` (`[out, in]`) and `{prefix}.bias` (`[out]`) from `file`.
+    pub fn load(file: &WeightFile, prefix: &str, out: usize, inp: usize) -> Result<Self> {
+        let weight = file.get(&format!("{prefix}.weight"), &[out, inp])?;
+        let bias = file.get(&format!("{prefix}.bias"), &[out])?;
+        Ok(Self {
+            weight,
+            bias: Some(bias),
+        })
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+
+    /// Input features.
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+}
+
+/// `y = x W^T + b` over the last axis of `x`. The weight is kept transposed (`[in, out]`,
+/// contiguous) from load on, so `forward` is one matmul and one fused bias kernel with no
+/// per-call transpose.
+///
+/// ```
+/// use streampool::{Device, Tensor};
+/// use streampool_nn::{HostTensor, Linear, LinearParams};
+/// let dev = Device::cpu();
+/// let w = HostTensor::new(vec![1.0, 0.0, 0.0, 2.0, 1.0, 1.0], &[3, 2]).unwrap(); // [out, in]
+/// let b = HostTensor::new(vec![0.5, 0.5, 0.5], &[3]).unwrap();
+/// let lin = Linear::new(&LinearParams::new(w, Some(b)).unwrap(), &dev).unwrap();
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2], &dev).unwrap();
+/// assert_eq!(lin.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.5, 4.5, 3.5]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight_t: Tensor,
+    bias: Option<Tensor>,
+    in_features: usize,
+    out_features: usize,
+}
+
+impl Linear {
+    /// Uploads `params` to `device`, transposing the weight once.
+    pub fn new(params: &LinearParams, device: &Device) -> Result<Self> {
+        let params = LinearParams::new(params.weight.clone(), params.bias.clone())?;
+        Ok(Self {
+            weight_t: params.weight.transposed()?.to_device(device)?,
+            bias: params
+                .bias
+                .as_ref()
+                .map(|b| b.to_device(device))
+                .transpose()?,
+            in_features: params.in_features(),
+            out_features: params.out_features(),
+        })
+    }
+
+    /// Reads `{prefix}.weight` and `{prefix}.bias` from `file` and uploads them.
+    pub fn load(
+        file: &WeightFile,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::new(&LinearParams::load(file, prefix, out, inp)?, device)
+    }
+
+    /// Input features.
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// `x W^T + b` for `x` of shape `[..., in]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_act(x, Activation::Identity)
+    }
+
+    /// `act(x W^T + b)`, with the bias and activation fused into one kernel.
+    pub fn forward_act(&self, x: &Tensor, act: Activation) -> Result<Tensor> {
+        if x.dims().last() != Some(&self.in_features) {
+            return Err(Error::Input(format!(
+                "linear layer takes [..., {}], got {:?}",
+                self.in_features,
+                x.dims()
+            )));
+        }
+        let y = x.matmul(&self.weight_t)?;
+        match &self.bias {
+            Some(b) => Ok(y.bias_act(b, act)?),
+            None => super::activation::apply(&y, act),
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Two-layer perceptron.
+
+use streampool::Tensor;
+
+use super::Linear;
+use crate::{Activation, Error, Result};
+
+/// `fc2(act(fc1(x)))`, with `fc1`'s bias and the activation fused into one kernel. In BERT this
+/// is the feed-forward block (`intermediate.dense`, GELU, `output.dense`).
+///
+/// ```
+/// use streampool::{Device, Tensor};
+/// use streampool_nn::{Activation, HostTensor, Linear, LinearParams, Mlp};
+/// let dev = Device::cpu();
+/// let lin = |w: Vec<f32>, shape: &[usize]| {
+///     Linear::new(&LinearParams::new(HostTensor::new(w, shape).unwrap(), None).unwrap(), &dev)
+/// };
+/// let mlp = Mlp::new(lin(vec![1.0, -1.0], &[2, 1]).unwrap(), Activation::Relu,
+///                    lin(vec![1.0, 1.0], &[1, 2]).unwrap()).unwrap();
+/// let x = Tensor::from_vec(vec![3.0f32], &[1, 1], &dev).unwrap();
+/// assert_eq!(mlp.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![3.0]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    fc1: Linear,
+    act: Activation,
+    fc2: Linear,
+}
+
+impl Mlp {
+    /// Chains two layers; `fc1`'s outputs must be `fc2`'s inputs.
+    pub fn new(fc1: Linear, act: Activation, fc2: Linear) -> Result<Self> {
+        if fc1.out_features() != fc2.in_features() {
+            return Err(Error::Input(format!(
+                "mlp: fc1 gives {} features but fc2 takes {}",
+                fc1.out_features(),
+                fc2.in_features()
+            )));
+        }
+        Ok(Self { fc1, act, fc2 })
+    }
+
+    /// Applies the block to `[..., in]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.fc1.forward_act(x, self.act)?;
+        self.fc2.forward(&h)
+    }
+}

@@ -1,0 +1,17 @@
+//! Layers: each holds its weights on a device and has a `forward(&self, ...)` that only reads
+//! them, so one layer (or model) is shared by any number of threads with no lock.
+
+pub mod activation;
+mod attention;
+mod embedding;
+mod encoder_layer;
+mod layer_norm;
+mod linear;
+mod mlp;
+
+pub use attention::{AttentionMask, MultiheadAttention};
+pub use embedding::Embedding;
+pub use encoder_layer::TransformerEncoderLayer;
+pub use layer_norm::LayerNorm;
+pub use linear::{Linear, LinearParams};
+pub use mlp::Mlp;

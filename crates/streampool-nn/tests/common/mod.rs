@@ -1,0 +1,82 @@
+//! Helpers shared by the integration tests: reference files and comparisons.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use streampool_nn::BertInput;
+
+/// Parses `tests/data/<name>`.
+pub fn reference(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn f64s(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
+}
+
+pub fn i64s(v: &Value) -> Vec<i64> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_i64().expect("integer"))
+        .collect()
+}
+
+/// A matrix stored as a list of rows, flattened.
+pub fn rows(v: &Value) -> Vec<f64> {
+    v.as_array().expect("rows").iter().flat_map(f64s).collect()
+}
+
+/// The reference sentences' texts.
+pub fn texts(r: &Value) -> Vec<String> {
+    r["sentences"]
+        .as_array()
+        .expect("sentences")
+        .iter()
+        .map(|s| s["text"].as_str().expect("text").to_string())
+        .collect()
+}
+
+/// The reference batch exactly as stored (ids, mask, token types).
+pub fn stored_input(r: &Value) -> BertInput {
+    let s = r["sentences"].as_array().expect("sentences");
+    let cat = |key: &str| s.iter().flat_map(|x| i64s(&x[key])).collect::<Vec<_>>();
+    BertInput::new(
+        cat("input_ids"),
+        cat("attention_mask"),
+        Some(cat("token_type_ids")),
+        s.len(),
+    )
+    .expect("stored batch is well formed")
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y).abs())
+        .fold(0.0, f64::max)
+}
+
+pub fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
+    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// `max |a - b| / max |b|`: the error relative to the reference's scale.
+pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
+    let scale = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
+    max_abs_diff(a, b) / scale.max(f64::MIN_POSITIVE)
+}

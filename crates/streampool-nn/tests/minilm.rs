@@ -1,0 +1,66 @@
+//! all-MiniLM-L6-v2 against sentence-transformers (tests/data/minilm_reference.json).
+//! Needs the model (scripts/fetch-minilm.sh); each test skips with a message when it is absent.
+
+mod common;
+
+use common::*;
+use streampool::Device;
+use streampool_nn::{find_minilm, SentenceEmbedder};
+
+/// The installed model, or `None` after printing why the test is skipped.
+fn minilm() -> Option<SentenceEmbedder> {
+    match find_minilm() {
+        Ok(dir) => Some(SentenceEmbedder::load(&Device::cpu(), dir).expect("load MiniLM")),
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn embeddings_match_sentence_transformers() {
+    let Some(emb) = minilm() else { return };
+    let r = reference("minilm_reference.json");
+    let texts = texts(&r);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let input = emb.tokenize(&refs).unwrap();
+    assert_eq!(
+        input,
+        stored_input(&r),
+        "token ids differ from the reference"
+    );
+    let got = emb.embed(&refs).unwrap();
+    let (mut worst_d, mut worst_c) = (0.0f64, 1.0f64);
+    for (i, (g, s)) in got
+        .iter()
+        .zip(r["sentences"].as_array().unwrap())
+        .enumerate()
+    {
+        let want = f64s(&s["embedding"]);
+        let (d, c) = (max_abs_diff(g, &want), cosine(g, &want));
+        assert!(c > 0.9999, "sentence {i}: cosine {c}");
+        worst_d = worst_d.max(d);
+        worst_c = worst_c.min(c);
+    }
+    println!("MiniLM embeddings: max abs diff {worst_d:.3e}, min cosine {worst_c:.12} (1 - cos = {:.2e})", 1.0 - worst_c);
+    assert!(worst_d < 1e-4, "max abs diff {worst_d}");
+}
+
+#[test]
+fn first_sentence_token_embeddings_match() {
+    let Some(emb) = minilm() else { return };
+    let r = reference("minilm_reference.json");
+    let text = texts(&r)[0].clone();
+    let input = emb.tokenize(&[&text]).unwrap();
+    let hidden = emb
+        .model()
+        .forward(&input)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = rows(&r["first_sentence"]["last_hidden_state"]);
+    let d = max_abs_diff(&hidden, &want);
+    println!("MiniLM first sentence last_hidden_state: max abs diff {d:.3e}");
+    assert!(d < 1e-3, "max abs diff {d}");
+}
