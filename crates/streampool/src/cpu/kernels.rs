@@ -87,6 +87,9 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             shape,
             out,
         } => binary(*op, a, b, shape, *out),
+        // Zero-width rows have nothing to compute (and `chunks_exact(0)` panics).
+        Kernel::Softmax { cols: 0, .. } | Kernel::BiasAct { cols: 0, .. } => {}
+        Kernel::IndexSelect { row_len: 0, .. } => {}
         Kernel::Softmax { x, out, rows, cols } => {
             let (x, y) = (src(*x, rows * cols), dst(*out, rows * cols));
             for (xr, yr) in x.chunks_exact(*cols).zip(y.chunks_exact_mut(*cols)) {
@@ -184,6 +187,10 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             axis,
             inner,
         } => {
+            if outer * inner == 0 {
+                // An empty output; the input's `outer * axis * inner` need not even fit a usize.
+                return;
+            }
             let (x, y) = (src(*x, outer * axis * inner), dst(*out, outer * inner));
             for o in 0..*outer {
                 for i in 0..*inner {
