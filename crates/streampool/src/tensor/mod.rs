@@ -211,6 +211,12 @@ impl Tensor {
                 "rand_uniform: empty range [{lo}, {hi})"
             )));
         }
+        // `Uniform::new` panics unless the width is a finite f32.
+        if !(hi - lo).is_finite() {
+            return Err(Error::InvalidArgument(format!(
+                "rand_uniform: range [{lo}, {hi}) is not finite"
+            )));
+        }
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let dist = Uniform::new(lo, hi);
         let data: Vec<f32> = (0..shape.iter().product())
