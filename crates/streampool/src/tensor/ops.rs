@@ -114,12 +114,11 @@ impl Tensor {
     /// Elements `start..start + len` along `axis` (a view).
     pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
         self.check_axis(axis, "narrow")?;
-        if start + len > self.dims()[axis] {
+        if !matches!(start.checked_add(len), Some(end) if end <= self.dims()[axis]) {
             return Err(Error::shape(
                 "narrow",
                 format!(
-                    "range {start}..{} out of bounds for axis {axis} of {:?}",
-                    start + len,
+                    "{len} elements from {start} out of bounds for axis {axis} of {:?}",
                     self.dims()
                 ),
             ));
