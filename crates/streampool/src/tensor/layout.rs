@@ -21,12 +21,23 @@ impl Layout {
         }
     }
 
+    /// The number of elements (0 if any dim is 0, however large the others).
     pub fn elem_count(&self) -> usize {
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        // Every tensor's shape passed `checked_elem_count` when it was made, and views never
+        // grow it, so this product fits.
         self.shape.iter().product()
     }
 
-    /// Whether elements are laid out row-major with no gaps (size-1 dims may have any stride).
+    /// Whether elements are laid out row-major with no gaps (size-1 dims may have any stride;
+    /// a layout with no elements always is).
     pub fn is_contiguous(&self) -> bool {
+        // No elements, nothing to reorder (and the running product below could overflow).
+        if self.elem_count() == 0 {
+            return true;
+        }
         let mut expected = 1;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != expected {
@@ -64,12 +75,40 @@ impl Layout {
 }
 
 /// Row-major strides of `shape`.
+///
+/// Saturates instead of overflowing: a zero-sized shape such as `[2^40, 2^40, 0]` is valid
+/// but its outer strides do not fit a `usize`, and no element is ever addressed through them.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
+    let mut strides = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1]);
     }
     strides
+}
+
+/// The number of elements of `shape`, or a shape error naming `op` when it does not fit a
+/// `usize` (a shape with a 0 dim has no elements, however large the other dims).
+pub(crate) fn checked_elem_count(op: &'static str, shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::shape(op, format!("{shape:?} has too many elements")))
+}
+
+/// The bytes `shape` takes at `elem_size` bytes per element, or a shape error naming `op`
+/// when that exceeds what any allocation can hold (`isize::MAX`).
+pub(crate) fn checked_byte_size(
+    op: &'static str,
+    shape: &[usize],
+    elem_size: usize,
+) -> Result<usize> {
+    checked_elem_count(op, shape)?
+        .checked_mul(elem_size)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| Error::shape(op, format!("{shape:?} is too large to allocate")))
 }
 
 /// The shape two operands broadcast to (NumPy rules), or a shape error naming `op`.

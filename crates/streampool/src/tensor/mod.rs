@@ -8,6 +8,7 @@ mod layout;
 mod ops;
 
 pub use layout::{broadcast_shapes, contiguous_strides, Layout};
+pub(crate) use layout::{checked_byte_size, checked_elem_count};
 
 use std::fmt;
 
@@ -79,7 +80,7 @@ pub(crate) fn launch_on(
     }
     let mut blocks = Vec::with_capacity(outs.len());
     for o in &outs {
-        let bytes = o.shape.iter().product::<usize>() * o.dtype.size();
+        let bytes = checked_byte_size("alloc", &o.shape, o.dtype.size())?;
         blocks.push(
             device
                 .allocator()
@@ -137,7 +138,7 @@ impl Tensor {
 
     /// Copies `data` (row-major, `shape`) to `device`.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: &Device) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
+        let n = checked_elem_count("from_vec", shape)?;
         if n != data.len() {
             return Err(Error::shape(
                 "from_vec",
@@ -166,7 +167,7 @@ impl Tensor {
 
     /// An `f32` tensor filled with `value`.
     pub fn full(value: f32, shape: &[usize], device: &Device) -> Result<Tensor> {
-        let len = shape.iter().product();
+        let len = checked_elem_count("full", shape)?;
         let out = launch(device, &[], vec![OutSpec::f32(shape.to_vec())], |o| {
             Kernel::Fill {
                 out: o[0],
@@ -192,9 +193,7 @@ impl Tensor {
     pub fn randn(shape: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let normal = Normal::new(0.0f32, 1.0).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let data: Vec<f32> = (0..shape.iter().product())
-            .map(|_| normal.sample(&mut rng))
-            .collect();
+        let data = host_filled("randn", shape, device, || normal.sample(&mut rng))?;
         Self::from_vec(data, shape, device)
     }
 
@@ -219,9 +218,7 @@ impl Tensor {
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let dist = Uniform::new(lo, hi);
-        let data: Vec<f32> = (0..shape.iter().product())
-            .map(|_| dist.sample(&mut rng))
-            .collect();
+        let data = host_filled("rand_uniform", shape, device, || dist.sample(&mut rng))?;
         Self::from_vec(data, shape, device)
     }
 
@@ -315,6 +312,28 @@ impl Tensor {
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.0.storage, &other.0.storage)
     }
+}
+
+/// `shape`'s elements drawn from `next`, in a host vector reserved up front so that a shape
+/// too large for the host is an error rather than an allocation abort.
+fn host_filled(
+    op: &'static str,
+    shape: &[usize],
+    device: &Device,
+    mut next: impl FnMut() -> f32,
+) -> Result<Vec<f32>> {
+    let bytes = checked_byte_size(op, shape, 4)?;
+    let n = bytes / 4;
+    let mut data = Vec::new();
+    data.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        device: format!("host (staging for {})", device.name()),
+        requested: bytes,
+        allocated: 0,
+        reserved: 0,
+        limit: None,
+    })?;
+    data.extend((0..n).map(|_| next()));
+    Ok(data)
 }
 
 impl fmt::Debug for Tensor {

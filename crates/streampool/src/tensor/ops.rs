@@ -76,7 +76,7 @@ impl Tensor {
     /// assert!(x.reshape(&[4, 2]).is_err());
     /// ```
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        if shape.iter().product::<usize>() != self.elem_count() {
+        if super::checked_elem_count("reshape", shape)? != self.elem_count() {
             return Err(Error::shape(
                 "reshape",
                 format!("cannot reshape {:?} into {shape:?}", self.dims()),
@@ -170,7 +170,12 @@ impl Tensor {
                 ),
             ));
         }
-        let batch: usize = batch_dims.iter().product();
+        // An empty output needs no work (and then its batch dims alone may not fit a usize).
+        let batch = if m == 0 || n == 0 {
+            0
+        } else {
+            super::checked_elem_count(OP, batch_dims)?
+        };
         let a = mat_operand(self)?;
         let b = mat_operand(rhs)?;
         let mut shape = batch_dims.to_vec();
@@ -509,11 +514,7 @@ impl Tensor {
         self.check_axis(axis, name)?;
         let x = self.contiguous()?;
         let d = x.dims();
-        let (outer, len, inner) = (
-            d[..axis].iter().product(),
-            d[axis],
-            d[axis + 1..].iter().product(),
-        );
+        let len = d[axis];
         if len == 0 && op == ReduceOp::Max {
             return Err(Error::shape(name, "max over an empty axis"));
         }
@@ -523,6 +524,13 @@ impl Tensor {
         } else {
             shape.remove(axis);
         }
+        // `outer * inner` is the output's element count, so both fit once it does; an empty
+        // output needs no work (and its outer dims alone may not fit a usize).
+        let (outer, inner) = if super::checked_elem_count(name, &shape)? == 0 {
+            (0, 0)
+        } else {
+            (d[..axis].iter().product(), d[axis + 1..].iter().product())
+        };
         let ptr = x.ptr();
         Ok(one(launch(
             self.device(),
