@@ -1,0 +1,239 @@
+//! Property tests of broadcasting, reshapes, transposes and shape errors: random shapes of
+//! rank 0-4 with dims 1-5 (1s are drawn often, to trigger broadcasting) against a NumPy-rule
+//! reference and float64 results (tolerance as in `reference/mod.rs`).
+
+mod reference;
+
+use proptest::prelude::*;
+use reference::{assert_close, assert_norm_close, numpy_broadcast, Nd, Rng};
+use streampool::tensor::broadcast_shapes;
+use streampool::{Device, Error, Tensor};
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(1usize), 1..=5usize]
+}
+
+fn shape() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(dim(), 0..=4)
+}
+
+/// Two shapes that broadcast together: suffixes of one target with some dims set to 1.
+fn compatible_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+    shape().prop_flat_map(|target| {
+        let r = target.len();
+        (
+            Just(target),
+            0..=r,
+            0..=r,
+            prop::collection::vec(any::<bool>(), r),
+            prop::collection::vec(any::<bool>(), r),
+        )
+            .prop_map(|(t, ra, rb, ones_a, ones_b)| {
+                let pick = |rank: usize, ones: &[bool]| {
+                    (t.len() - rank..t.len())
+                        .map(|i| if ones[i] { 1 } else { t[i] })
+                        .collect::<Vec<_>>()
+                };
+                (pick(ra, &ones_a), pick(rb, &ones_b))
+            })
+    })
+}
+
+/// Two shapes that do not broadcast: a compatible pair with one aligned dim set to two
+/// different sizes above 1.
+fn incompatible_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
+    (
+        compatible_pair(),
+        2..=5usize,
+        1..=3usize,
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(|((mut a, mut b), x, delta, at)| {
+            if a.is_empty() {
+                a.push(1);
+            }
+            if b.is_empty() {
+                b.push(1);
+            }
+            let common = a.len().min(b.len());
+            let back = at.index(common) + 1; // position from the end, shared by both
+            let (ia, ib) = (a.len() - back, b.len() - back);
+            a[ia] = x;
+            b[ib] = x + delta;
+            (a, b)
+        })
+}
+
+fn rand_tensor(shape: &[usize], seed: u64) -> (Tensor, Nd<f64>) {
+    let data = Rng::new(seed).normals(shape.iter().product());
+    let r = Nd::from_f32(shape, &data);
+    (Tensor::from_vec(data, shape, &Device::cpu()).unwrap(), r)
+}
+
+fn is_shape_err<T>(r: &streampool::Result<T>) -> bool {
+    matches!(r, Err(Error::Shape { .. }))
+}
+
+/// A random factorization of `n` into `rank` dims (rank 0 only when `n == 1`).
+#[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; the MSRV is 1.80
+fn factorize(mut n: usize, rank: usize, rng: &mut Rng) -> Vec<usize> {
+    let rank = if n == 1 { rank } else { rank.max(1) };
+    let mut dims = vec![1; rank];
+    let mut p = 2;
+    while n > 1 {
+        while n % p == 0 {
+            n /= p;
+            let i = rng.below(rank);
+            dims[i] *= p;
+        }
+        p += 1;
+    }
+    dims
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn broadcast_shapes_follows_numpy_rules(a in shape(), b in shape()) {
+        match (broadcast_shapes("add", &a, &b), numpy_broadcast(&a, &b)) {
+            (Ok(got), Some(want)) => prop_assert_eq!(got, want),
+            (Err(Error::Shape { op: "add", .. }), None) => {}
+            (got, want) => prop_assert!(false, "{a:?} {b:?}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn broadcast_shapes_of_compatible_pairs((a, b) in compatible_pair()) {
+        let want = numpy_broadcast(&a, &b).unwrap();
+        prop_assert_eq!(broadcast_shapes("add", &a, &b).unwrap(), want.clone());
+        prop_assert_eq!(broadcast_shapes("add", &b, &a).unwrap(), want);
+    }
+
+    #[test]
+    fn add_broadcasts_like_the_reference((a, b) in compatible_pair(), seed in any::<u64>()) {
+        let (x, xr) = rand_tensor(&a, seed);
+        let (y, yr) = rand_tensor(&b, seed ^ 1);
+        let got = x.add(&y).unwrap();
+        assert_close("add", got.dims(), &got.to_vec::<f32>().unwrap(), &xr.zip(&yr, |p, q| p + q));
+        let got = y.mul(&x).unwrap();
+        assert_close("mul", got.dims(), &got.to_vec::<f32>().unwrap(), &yr.zip(&xr, |p, q| p * q));
+    }
+
+    #[test]
+    fn add_broadcasts_transposed_operands((a, b) in compatible_pair(), seed in any::<u64>()) {
+        // The same pair, with each operand reversed in storage and transposed back as a view.
+        prop_assume!(a.len() >= 2);
+        let r = a.len();
+        let mut stored = a.clone();
+        stored.swap(0, r - 1);
+        let (x, xr) = rand_tensor(&stored, seed);
+        let (y, yr) = rand_tensor(&b, seed ^ 2);
+        let xv = x.transpose(0, r - 1).unwrap();
+        let got = xv.sub(&y).unwrap();
+        let want = xr.transpose(0, r - 1).zip(&yr, |p, q| p - q);
+        assert_close("sub", got.dims(), &got.to_vec::<f32>().unwrap(), &want);
+    }
+
+    #[test]
+    fn incompatible_shapes_are_shape_errors((a, b) in incompatible_pair()) {
+        prop_assert!(numpy_broadcast(&a, &b).is_none(), "{a:?} {b:?}");
+        let dev = Device::cpu();
+        let (x, y) = (Tensor::zeros(&a, &dev).unwrap(), Tensor::zeros(&b, &dev).unwrap());
+        for r in [x.add(&y), y.add(&x), x.sub(&y), x.mul(&y), x.div(&y), x.maximum(&y)] {
+            prop_assert!(matches!(r, Err(Error::Shape { .. })), "{a:?} {b:?}: {r:?}");
+        }
+        prop_assert!(is_shape_err(&broadcast_shapes("x", &a, &b)));
+    }
+
+    #[test]
+    fn any_pair_is_ok_or_a_shape_error(a in shape(), b in shape()) {
+        let dev = Device::cpu();
+        let (x, y) = (Tensor::ones(&a, &dev).unwrap(), Tensor::ones(&b, &dev).unwrap());
+        match (x.maximum(&y), numpy_broadcast(&a, &b)) {
+            (Ok(t), Some(s)) => {
+                prop_assert_eq!(t.dims(), s.as_slice());
+                prop_assert!(t.to_vec::<f32>().unwrap().iter().all(|&v| v == 1.0));
+            }
+            (Err(Error::Shape { .. }), None) => {}
+            (got, want) => prop_assert!(false, "{a:?} {b:?}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn reshape_to_any_factorization_preserves_data(
+        s in shape(), rank in 0..=4usize, seed in any::<u64>(), transposed in any::<bool>()
+    ) {
+        let (x, xr) = rand_tensor(&s, seed);
+        // Reshaping a transposed view must read it in logical (row-major) order.
+        let (x, xr) = if transposed && s.len() >= 2 {
+            (x.t().unwrap(), xr.transpose(s.len() - 2, s.len() - 1))
+        } else {
+            (x, xr)
+        };
+        let target = factorize(s.iter().product(), rank, &mut Rng::new(seed));
+        let y = x.reshape(&target).unwrap();
+        prop_assert_eq!(y.dims(), target.as_slice());
+        prop_assert_eq!(y.shares_storage(&x), x.is_contiguous());
+        let got: Vec<f64> = y.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+        prop_assert_eq!(got, xr.data);
+        // And back.
+        let z = y.reshape(x.dims()).unwrap();
+        prop_assert_eq!(z.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    }
+
+    #[test]
+    fn reshape_to_a_wrong_count_is_a_shape_error(s in shape(), t in shape()) {
+        let n: usize = s.iter().product();
+        prop_assume!(t.iter().product::<usize>() != n);
+        let x = Tensor::zeros(&s, &Device::cpu()).unwrap();
+        prop_assert!(is_shape_err(&x.reshape(&t)), "{s:?} -> {t:?}");
+    }
+
+    #[test]
+    fn transpose_twice_is_identity(
+        s in prop::collection::vec(dim(), 1..=4), i in any::<prop::sample::Index>(),
+        j in any::<prop::sample::Index>(), seed in any::<u64>()
+    ) {
+        let (d0, d1) = (i.index(s.len()), j.index(s.len()));
+        let (x, xr) = rand_tensor(&s, seed);
+        let t = x.transpose(d0, d1).unwrap();
+        let tr = xr.transpose(d0, d1);
+        prop_assert_eq!(t.dims(), tr.shape.as_slice());
+        let got: Vec<f64> = t.to_vec::<f32>().unwrap().iter().map(|&v| v as f64).collect();
+        prop_assert_eq!(got, tr.data);
+        let back = t.transpose(d0, d1).unwrap();
+        prop_assert_eq!(back.layout(), x.layout());
+        prop_assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+        prop_assert!(is_shape_err(&x.transpose(s.len(), d0)));
+    }
+
+    #[test]
+    fn matmul_checks_inner_and_batch_dims(
+        batch in prop::collection::vec(dim(), 0..=2), m in dim(), k in dim(), n in dim(),
+        k2 in dim(), shared_rhs in any::<bool>(), seed in any::<u64>()
+    ) {
+        let mut sa = batch.clone();
+        sa.extend([m, k]);
+        let mut sb = if shared_rhs { vec![] } else { batch.clone() };
+        sb.extend([k2, n]);
+        let (a, ar) = rand_tensor(&sa, seed);
+        let (b, br) = rand_tensor(&sb, seed ^ 3);
+        match a.matmul(&b) {
+            Ok(c) => {
+                prop_assert_eq!(k, k2);
+                assert_norm_close("matmul", c.dims(), &c.to_vec::<f32>().unwrap(), &ar.matmul(&br));
+            }
+            Err(Error::Shape { op: "matmul", .. }) => prop_assert_ne!(k, k2),
+            Err(e) => prop_assert!(false, "{sa:?} @ {sb:?}: {e}"),
+        }
+        // A batch mismatch is an error too (never broadcast silently).
+        if !batch.is_empty() {
+            let mut sc = batch.clone();
+            sc[0] += 1;
+            sc.extend([k, n]);
+            let c = Tensor::zeros(&sc, &Device::cpu()).unwrap();
+            prop_assert!(is_shape_err(&a.matmul(&c)), "{sa:?} @ {sc:?}");
+        }
+    }
+}
