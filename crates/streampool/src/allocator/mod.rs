@@ -12,9 +12,10 @@
 //! 3. otherwise new memory is reserved from the backend, within the device's memory limit;
 //! 4. at the limit, completed cached blocks are released, and if that is not enough a block
 //!    of the right size whose guards are still pending is reused by making `s` *wait* on
-//!    those events (device-side, no host block); then pending blocks of other sizes are
-//!    synchronized on the host (outside the lock) and released; then the request fails with
-//!    [`Error::OutOfMemory`].
+//!    those events (device-side, no host block); then the host waits (outside the lock) for
+//!    the guards of every cached block and releases the blocks that are idle; then the
+//!    request fails with [`Error::OutOfMemory`]. A request larger than the whole limit fails
+//!    at once, without touching the cache.
 //!
 //! One mutex guards the lists and statistics; it is held for list operations and event
 //! queries only, never across a host wait on an event.
@@ -172,6 +173,11 @@ impl CachingAllocator {
         {
             let mut st = self.state.lock();
             st.stats.allocs += 1;
+            if self.limit.is_some_and(|l| size > l) {
+                // Can never fit: fail before releasing the cache or waiting on anyone's
+                // events, so one oversized request does not slow or starve other threads.
+                return Err(self.out_of_memory(bytes, &st));
+            }
             if let Some((ptr, cross)) = st.take_ready(s, size) {
                 st.stats.cache_hits += 1;
                 st.stats.cross_stream_reuses += cross as u64;
@@ -202,10 +208,12 @@ impl CachingAllocator {
         // Reuse a same-size block still in use elsewhere, ordered by a device-side wait.
         let pending = {
             let mut st = self.state.lock();
-            let found = st
-                .free
-                .iter_mut()
-                .find_map(|lists| lists.get_mut(&size).and_then(|l| l.pop()));
+            let found = st.free.iter_mut().enumerate().find_map(|(owner, lists)| {
+                lists
+                    .get_mut(&size)
+                    .and_then(|l| l.pop())
+                    .map(|b| (owner, b))
+            });
             if found.is_some() {
                 st.stats.cache_hits += 1;
                 st.stats.event_gated_reuses += 1;
@@ -213,10 +221,16 @@ impl CachingAllocator {
             }
             found
         };
-        if let Some(block) = pending {
+        if let Some((owner, block)) = pending {
             for g in block.guards.iter().filter(|g| g.stream != s) {
                 if let Err(e) = stream.wait(&g.event) {
-                    self.free_raw(block.ptr, size);
+                    // Its users may still be running: back to its list with every guard,
+                    // never as an idle block.
+                    let mut st = self.state.lock();
+                    st.stats.allocated -= size;
+                    st.stats.cache_hits -= 1;
+                    st.stats.event_gated_reuses -= 1;
+                    st.free[owner].entry(size).or_default().push(block);
                     return Err(e);
                 }
             }
@@ -226,25 +240,24 @@ impl CachingAllocator {
                 stream: s,
             });
         }
-        // Last resort: wait on the host for every cached block and release them all.
-        let cached: Vec<(FreeBlock, usize)> = {
-            let mut st = self.state.lock();
+        // Last resort: wait on the host until every cached block is idle, then release the
+        // idle ones. The blocks stay on their lists meanwhile, so other threads can still
+        // reuse them (taking them out would make concurrent requests fail for no reason).
+        let pending_events: Vec<Arc<dyn BackendEvent>> = {
+            let st = self.state.lock();
             st.free
-                .iter_mut()
-                .flat_map(|lists| {
-                    lists
-                        .iter_mut()
-                        .flat_map(|(&size, l)| l.drain(..).map(move |b| (b, size)))
-                })
+                .iter()
+                .flat_map(|lists| lists.values().flatten())
+                .flat_map(|b| b.guards.iter())
+                .filter(|g| !g.event.query())
+                .map(|g| g.event.clone())
                 .collect()
         };
         // No lock held here: host waits happen outside the allocator mutex.
-        for (b, _) in &cached {
-            for g in &b.guards {
-                g.event.synchronize()?;
-            }
+        for event in &pending_events {
+            event.synchronize()?;
         }
-        self.release(|_| cached.into_iter().map(|(b, size)| (b.ptr, size)).collect());
+        self.release(|st| st.drain_completed());
         if let Some(ptr) = self.reserve(size)? {
             return Ok(Block {
                 ptr,
@@ -252,14 +265,17 @@ impl CachingAllocator {
                 stream: s,
             });
         }
-        let st = self.state.lock();
-        Err(Error::OutOfMemory {
+        Err(self.out_of_memory(bytes, &self.state.lock()))
+    }
+
+    fn out_of_memory(&self, requested: usize, st: &State) -> Error {
+        Error::OutOfMemory {
             device: self.device_name.clone(),
-            requested: bytes,
+            requested,
             allocated: st.stats.allocated,
             reserved: st.stats.reserved,
             limit: self.limit,
-        })
+        }
     }
 
     /// Reserves a new block from the backend if the limit allows; `Ok(None)` at the limit.
@@ -308,18 +324,6 @@ impl CachingAllocator {
             st.stats.reserved -= size;
             st.stats.backend_frees += 1;
         }
-    }
-
-    /// Returns a block that was handed out but never used by any stream.
-    fn free_raw(&self, ptr: DevicePtr, size: usize) {
-        self.free(
-            Block {
-                ptr,
-                size,
-                stream: 0,
-            },
-            Vec::new(),
-        );
     }
 
     /// Returns `block` to the cache. `guards` holds an event recorded, at the time of the
