@@ -34,6 +34,8 @@
 pub mod allocator;
 mod backend;
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod device;
 mod dtype;
 mod error;

@@ -1,0 +1,171 @@
+//! cuBLAS: one handle per stream, bound to that stream for its whole life, with its own
+//! workspace.
+//!
+//! Why per stream: a handle's stream and workspace are handle state, and cuBLAS warns that
+//! changing a shared handle's configuration from several threads races (cuBLAS docs, "Thread
+//! Safety"). PyTorch learned the same about workspaces shared by streams. So a handle is
+//! created lazily for one stream, `cublasSetStream` is called once, and the stream's mutex
+//! around it makes sure two threads sharing the stream (more threads than streams) never use
+//! the handle at the same moment. The lock is held only while the gemm is *queued*.
+//!
+//! TF32 is off: `CUBLAS_DEFAULT_MATH` keeps fp32 gemms in full fp32 (TF32 tensor cores are
+//! only used under `CUBLAS_TF32_TENSOR_OP_MATH`), so results match the CPU backend to 1e-4.
+
+use std::os::raw::{c_int, c_longlong};
+
+use cudarc::cublas::result as blas;
+use cudarc::cublas::sys::{self as bsys, cublasHandle_t, cublasMath_t, cublasOperation_t};
+use cudarc::driver::{result, sys};
+
+use crate::kernel::MatOperand;
+use crate::{Error, Result};
+
+/// Workspace per handle. cuBLAS recommends up to 32 MiB on Hopper for large problems; the
+/// small gemms of inference need far less, and a pool of 32 streams must not hold 1 GiB.
+const WORKSPACE_BYTES: usize = 4 << 20;
+
+/// A cuBLAS handle bound to one stream, and its workspace.
+pub(crate) struct Blas {
+    handle: cublasHandle_t,
+    workspace: sys::CUdeviceptr,
+    device: String,
+}
+
+// SAFETY: the handle and workspace are only used under the owning stream's mutex, one thread
+// at a time; cuBLAS allows a handle to move between threads.
+unsafe impl Send for Blas {}
+
+fn blas_err(device: &str, what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Backend {
+        device: device.to_string(),
+        msg: format!("cuBLAS {what}: {e:?}"),
+    }
+}
+
+impl Blas {
+    /// Creates a handle for `stream` (the caller has bound the context to this thread).
+    pub(crate) fn new(stream: sys::CUstream, device: &str) -> Result<Self> {
+        let handle = blas::create_handle().map_err(|e| blas_err(device, "create", e))?;
+        // From here on `Drop` cleans up whatever was set up.
+        let mut this = Self {
+            handle,
+            workspace: 0,
+            device: device.to_string(),
+        };
+        // SAFETY: `handle` is live; the stream belongs to this context.
+        unsafe { blas::set_stream(handle, stream as _) }
+            .map_err(|e| blas_err(device, "set stream", e))?;
+        // SAFETY: plain allocation in the current (bound) context.
+        this.workspace = unsafe { result::malloc_sync(WORKSPACE_BYTES) }
+            .map_err(|e| super::driver_err(device, e))?;
+        // SAFETY: live handle; the workspace is ours, of the size given, and lives as long as
+        // the handle. Set after `cublasSetStream`, which resets the workspace.
+        unsafe {
+            bsys::cublasSetWorkspace_v2(handle, this.workspace as *mut _, WORKSPACE_BYTES)
+                .result()
+                .map_err(|e| blas_err(device, "set workspace", e))?;
+            bsys::cublasSetMathMode(handle, cublasMath_t::CUBLAS_DEFAULT_MATH)
+                .result()
+                .map_err(|e| blas_err(device, "set math mode", e))?;
+        }
+        Ok(this)
+    }
+
+    /// Queues `out[b] = a[b] @ b[b]` (row-major) on the handle's stream.
+    ///
+    /// Row-major through a column-major library: a row-major `[r, c]` matrix read column-major
+    /// is its transpose, so we ask cuBLAS for `out^T = b^T a^T`, which it writes as exactly
+    /// the row-major `out`.
+    ///
+    /// # Safety
+    /// The operands' pointers are valid for the extents described; `out` holds
+    /// `batch * m * n` f32.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn matmul(
+        &self,
+        a: &MatOperand,
+        b: &MatOperand,
+        out: u64,
+        batch: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<()> {
+        let int = |v: usize| {
+            c_int::try_from(v).map_err(|_| {
+                Error::InvalidArgument(format!("matmul: dimension {v} too large for cuBLAS"))
+            })
+        };
+        let (op_b, ld_b) = transposed(b, k, n, &self.device)?;
+        let (op_a, ld_a) = transposed(a, m, k, &self.device)?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the caller guarantees the extents; alpha/beta are host scalars (the default
+        // pointer mode) read during the call.
+        unsafe {
+            blas::sgemm_strided_batched(
+                self.handle,
+                op_b,
+                op_a,
+                int(n)?,
+                int(m)?,
+                int(k)?,
+                &alpha,
+                b.ptr.0 as *const f32,
+                int(ld_b)?,
+                b.batch_stride as c_longlong,
+                a.ptr.0 as *const f32,
+                int(ld_a)?,
+                a.batch_stride as c_longlong,
+                &beta,
+                out as *mut f32,
+                int(n)?,
+                (m * n) as c_longlong,
+                int(batch)?,
+            )
+        }
+        .map_err(|e| blas_err(&self.device, "sgemm", e))
+    }
+}
+
+/// How cuBLAS should read the transpose of a row-major `[rows, cols]` operand: `N` with
+/// leading dimension `rs` if rows are contiguous (`cs == 1`), else `T` with `cs` (`rs == 1`).
+/// Strides of extent-1 dimensions are arbitrary, so they are replaced by a valid minimum.
+fn transposed(
+    x: &MatOperand,
+    rows: usize,
+    cols: usize,
+    device: &str,
+) -> Result<(cublasOperation_t, usize)> {
+    if x.cs == 1 || cols <= 1 {
+        let ld = if rows <= 1 { cols.max(1) } else { x.rs };
+        if ld >= cols.max(1) {
+            return Ok((cublasOperation_t::CUBLAS_OP_N, ld));
+        }
+    }
+    if x.rs == 1 || rows <= 1 {
+        let ld = if cols <= 1 { rows.max(1) } else { x.cs };
+        if ld >= rows.max(1) {
+            return Ok((cublasOperation_t::CUBLAS_OP_T, ld));
+        }
+    }
+    Err(Error::Backend {
+        device: device.to_string(),
+        msg: format!(
+            "matmul: operand strides ({}, {}) overlap for [{rows}, {cols}]",
+            x.rs, x.cs
+        ),
+    })
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: the handle is ours and unused from now on; the owning stream was
+        // synchronized before its handle is dropped, so the workspace is idle.
+        unsafe {
+            let _ = blas::destroy_handle(self.handle);
+            if self.workspace != 0 {
+                let _ = result::free_sync(self.workspace);
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! CUDA events, recycled through a per-device pool.
+//!
+//! Every op output, free guard and `to_vec` records an event, so creating a `CUevent` each
+//! time would put `cuEventCreate`/`cuEventDestroy` on the hot path. Dropped events go back to
+//! the pool instead. Reuse is sound because `cuStreamWaitEvent` captures the event's state at
+//! the time of the call (CUDA driver API, `cuStreamWaitEvent`: "waits on the most recent
+//! `cuEventRecord`"), and an event returns to the pool only when no handle to it is left,
+//! so nobody can query or wait on the old recording any more.
+
+use std::any::Any;
+use std::time::Duration;
+
+use cudarc::driver::sys::{self, CUevent, CUevent_flags, CUresult};
+use cudarc::driver::{result, CudaContext};
+
+use super::driver_err;
+use crate::backend::BackendEvent;
+use crate::sync::{Arc, Mutex};
+use crate::{Error, Result};
+
+/// A raw `CUevent`; the pool owns it while it is idle.
+#[derive(Clone, Copy)]
+struct RawEvent(CUevent);
+
+// SAFETY: a CUevent is an opaque driver handle; the driver API is thread-safe, and we never
+// use one handle from two owners at once (an idle event belongs to the pool alone).
+unsafe impl Send for RawEvent {}
+
+/// Idle events of one device, with and without timing.
+pub(crate) struct EventPool {
+    ctx: Arc<CudaContext>,
+    device: String,
+    /// Idle events `[untimed, timed]`. Held only to push or pop one handle.
+    idle: [Mutex<Vec<RawEvent>>; 2],
+}
+
+impl EventPool {
+    pub(crate) fn new(ctx: Arc<CudaContext>, device: String) -> Self {
+        Self {
+            ctx,
+            device,
+            idle: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
+        }
+    }
+
+    /// Records an event on `stream` (the caller has bound the context to this thread).
+    pub(crate) fn record(
+        self: &Arc<Self>,
+        stream: sys::CUstream,
+        timing: bool,
+    ) -> Result<CudaEvent> {
+        let raw = match self.idle[timing as usize].lock().pop() {
+            Some(raw) => raw,
+            None => {
+                let flags = if timing {
+                    CUevent_flags::CU_EVENT_DEFAULT
+                } else {
+                    // Timing costs a timestamp write per record; only `Event::record` asks for it.
+                    CUevent_flags::CU_EVENT_DISABLE_TIMING
+                };
+                RawEvent(result::event::create(flags).map_err(|e| driver_err(&self.device, e))?)
+            }
+        };
+        let event = CudaEvent {
+            raw,
+            timing,
+            stream: stream as usize,
+            pool: self.clone(),
+        };
+        // SAFETY: both handles are live: the event is ours, the stream belongs to a live
+        // `CudaStream` of this context (bound by the caller).
+        unsafe { result::event::record(raw.0, stream) }.map_err(|e| driver_err(&self.device, e))?;
+        Ok(event)
+    }
+
+    pub(crate) fn device(&self) -> &str {
+        &self.device
+    }
+}
+
+impl Drop for EventPool {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        for list in &self.idle {
+            for raw in list.lock().drain(..) {
+                // SAFETY: idle events are owned by the pool alone; destroying a pending event
+                // is allowed (its resources are released once it completes).
+                let _ = unsafe { result::event::destroy(raw.0) };
+            }
+        }
+    }
+}
+
+/// A recorded CUDA event. Dropping it returns the `CUevent` to the pool.
+pub(crate) struct CudaEvent {
+    raw: RawEvent,
+    timing: bool,
+    /// The `CUstream` it was recorded on (identity only, to skip same-stream waits).
+    pub(crate) stream: usize,
+    pool: Arc<EventPool>,
+}
+
+// SAFETY: see `RawEvent`; `CudaEvent` methods only call thread-safe driver functions on it.
+unsafe impl Sync for CudaEvent {}
+
+impl CudaEvent {
+    pub(crate) fn raw(&self) -> CUevent {
+        self.raw.0
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        self.pool.idle[self.timing as usize].lock().push(self.raw);
+    }
+}
+
+impl BackendEvent for CudaEvent {
+    fn query(&self) -> bool {
+        let _ = self.pool.ctx.bind_to_thread();
+        // SAFETY: the event is live (we hold it).
+        // Only success counts as done: after an error (a faulted context) the allocator must
+        // keep the block, and waiters fall through to `wait`/`synchronize`, which report it.
+        matches!(
+            unsafe { sys::cuEventQuery(self.raw.0) },
+            CUresult::CUDA_SUCCESS
+        )
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.pool
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| driver_err(self.pool.device(), e))?;
+        // SAFETY: the event is live (we hold it).
+        unsafe { result::event::synchronize(self.raw.0) }
+            .map_err(|e| driver_err(self.pool.device(), e))
+    }
+
+    fn elapsed_since(&self, earlier: &dyn BackendEvent) -> Result<Duration> {
+        let earlier = earlier
+            .as_any()
+            .downcast_ref::<CudaEvent>()
+            .ok_or_else(|| {
+                Error::InvalidArgument("elapsed: events of different backends".into())
+            })?;
+        if !self.timing || !earlier.timing {
+            return Err(Error::InvalidArgument(
+                "elapsed: event was not recorded with timing".into(),
+            ));
+        }
+        self.synchronize()?;
+        earlier.synchronize()?;
+        // SAFETY: both events are live, timed and completed.
+        let ms = unsafe { result::event::elapsed(earlier.raw.0, self.raw.0) }
+            .map_err(|e| driver_err(self.pool.device(), e))?;
+        Ok(Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,218 @@
+//! The CUDA backend (feature `cuda`), through `cudarc` with the CUDA libraries loaded at run
+//! time.
+//!
+//! | concept   | here                                                                      |
+//! |-----------|---------------------------------------------------------------------------|
+//! | device    | the GPU's primary context ([`CudaDevice`])                                |
+//! | stream    | a non-blocking `CUstream` per pool slot, created lazily ([`stream`])      |
+//! | event     | a pooled `CUevent`, untimed unless timing is asked ([`event`])            |
+//! | memory    | plain `cuMemAlloc` / `cuMemFree` under the caching allocator               |
+//! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`kernels`])             |
+//! | matmul    | cuBLAS, one handle and workspace per stream ([`blas`])                    |
+//!
+//! Memory is raw device pointers managed by our caching allocator, so cudarc's per-slice event
+//! tracking (`CudaContext::is_event_tracking`) has nothing to track: it is switched off on the
+//! context at creation, so nothing pays for two trackers (and `new_stream` skips the context
+//! synchronization that tracking asks for). Plain `cuMemAlloc` rather than the stream-ordered
+//! `cuMemAllocAsync`: the latter draws from the driver's own memory pool, a second caching
+//! allocator with its own reuse rules under ours. `cuMemFree` may synchronize the device, but
+//! it only runs when the cache is trimmed (`empty_cache`, the memory limit), never per op.
+//!
+//! No vendor call needed a quarantine lock: one cuBLAS handle per stream (never shared by
+//! threads at the same moment, never re-pointed at another stream) is the documented safe
+//! use, and NVRTC compiles, module loads, handle creation and launches from many threads
+//! at once are exercised by `tests/cuda.rs` (`vendor_calls_from_many_threads_at_once`).
+
+pub(crate) mod blas;
+pub(crate) mod event;
+pub(crate) mod kernels;
+pub(crate) mod stream;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use cudarc::driver::result::DriverError;
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::{result, CudaContext};
+
+use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
+use crate::sync::{Arc, Mutex};
+use crate::{Device, DeviceConfig, DeviceKind, Error, KernelCache, Result};
+
+/// What a CUDA device shares with its streams.
+pub(crate) struct Shared {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) name: String,
+    pub(crate) events: Arc<event::EventPool>,
+    /// NVRTC modules, built once per device and shared by every stream and thread.
+    pub(crate) kernels: KernelCache<&'static str, kernels::Module>,
+}
+
+/// One GPU.
+pub(crate) struct CudaDevice {
+    shared: Arc<Shared>,
+}
+
+/// A driver error as a runtime error; out-of-memory keeps its meaning.
+pub(crate) fn driver_err(device: &str, e: DriverError) -> Error {
+    if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        return Error::OutOfMemory {
+            device: device.to_string(),
+            requested: 0,
+            allocated: 0,
+            reserved: 0,
+            limit: None,
+        };
+    }
+    let name = e
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0));
+    Error::Backend {
+        device: device.to_string(),
+        msg: name,
+    }
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal`, or says why it cannot (never panics when CUDA is absent).
+    fn open(ordinal: usize) -> Result<Self> {
+        let unavailable = |what: &str| Error::Unavailable(format!("cuda:{ordinal}: {what}"));
+        // SAFETY: only tries to load the shared libraries; nothing is called through them.
+        let libs = unsafe {
+            [
+                (
+                    "libcuda (the NVIDIA driver)",
+                    cudarc::driver::sys::is_culib_present(),
+                ),
+                ("libnvrtc", cudarc::nvrtc::sys::is_culib_present()),
+                ("libcublas", cudarc::cublas::sys::is_culib_present()),
+            ]
+        };
+        if let Some((lib, _)) = libs.iter().find(|(_, present)| !present) {
+            return Err(unavailable(&format!("{lib} not found")));
+        }
+        result::init().map_err(|e| unavailable(&format!("cuInit failed: {e:?}")))?;
+        let count = result::device::get_count()
+            .map_err(|e| unavailable(&format!("no device count: {e:?}")))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(unavailable(&format!("only {count} CUDA device(s) present")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| unavailable(&format!("{e:?}")))?;
+        // SAFETY: we create no `CudaSlice`; our allocator tracks every use itself (module doc).
+        unsafe { ctx.disable_event_tracking() };
+        let gpu = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let name = format!("cuda:{ordinal} ({gpu})");
+        Ok(Self {
+            shared: Arc::new(Shared {
+                events: Arc::new(event::EventPool::new(ctx.clone(), name.clone())),
+                ctx,
+                name,
+                kernels: KernelCache::new(),
+            }),
+        })
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.shared
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| driver_err(&self.shared.name, e))
+    }
+}
+
+impl BackendMemory for CudaDevice {
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.bind()?;
+        // SAFETY: a plain device allocation (never managed memory) in the bound context.
+        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
+            match driver_err(&self.shared.name, e) {
+                Error::OutOfMemory { device, .. } => Error::OutOfMemory {
+                    device,
+                    requested: bytes,
+                    allocated: 0,
+                    reserved: 0,
+                    limit: None,
+                },
+                other => other,
+            }
+        })?;
+        Ok(DevicePtr(ptr))
+    }
+
+    unsafe fn free(&self, ptr: DevicePtr, _bytes: usize) {
+        if self.bind().is_ok() {
+            // SAFETY: the caller guarantees `ptr` came from `alloc` and no stream uses it.
+            if let Err(e) = unsafe { result::free_sync(ptr.0) } {
+                tracing::error!(error = ?e, "cuMemFree failed");
+            }
+        }
+    }
+}
+
+impl BackendDevice for CudaDevice {
+    fn name(&self) -> String {
+        self.shared.name.clone()
+    }
+
+    fn create_stream(&self, _index: usize) -> Result<Arc<dyn BackendStream>> {
+        // Every slot, the default one included, is a real non-blocking stream: the legacy
+        // NULL stream would serialize against all the others.
+        let raw = self
+            .shared
+            .ctx
+            .new_stream()
+            .map_err(|e| driver_err(&self.shared.name, e))?;
+        Ok(Arc::new(stream::CudaStream::new(raw, self.shared.clone())))
+    }
+
+    fn cheap_events(&self) -> bool {
+        // A `cuEventRecord` per op output would cost more than many small kernels; record
+        // the write event lazily, on the first read from another stream.
+        false
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Device {
+    /// The process-wide device of CUDA GPU `ordinal` (default configuration), shared by every
+    /// caller. Returns [`Error::Unavailable`] with the reason when there is no driver, no
+    /// NVRTC/cuBLAS library or no such GPU; a failed open is retried on the next call.
+    ///
+    /// ```no_run
+    /// use streampool::{Device, Tensor};
+    /// let dev = Device::cuda(0).unwrap();
+    /// let x = Tensor::randn(&[4, 4], 0, &dev).unwrap();
+    /// let y = x.matmul(&x).unwrap().to_vec::<f32>().unwrap();
+    /// assert_eq!(y.len(), 16);
+    /// ```
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        static DEVICES: OnceLock<Mutex<HashMap<usize, Device>>> = OnceLock::new();
+        let devices = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
+        // Held while the first caller opens the GPU (context creation, no GPU wait), so
+        // every thread gets the same device.
+        let mut map = devices.lock();
+        if let Some(d) = map.get(&ordinal) {
+            return Ok(d.clone());
+        }
+        let dev = Device::cuda_with(ordinal, DeviceConfig::default())?;
+        map.insert(ordinal, dev.clone());
+        Ok(dev)
+    }
+
+    /// A new, separate device on CUDA GPU `ordinal` with its own streams, allocator and
+    /// kernel cache (e.g. with a memory limit). It shares the GPU's primary context.
+    pub fn cuda_with(ordinal: usize, config: DeviceConfig) -> Result<Device> {
+        let backend = CudaDevice::open(ordinal)?;
+        Device::with_backend(
+            Device::next_id(),
+            DeviceKind::Cuda(ordinal),
+            Arc::new(backend),
+            config,
+        )
+    }
+}

@@ -1,0 +1,779 @@
+//! The GPU suite: every op against the CPU backend, and the concurrency tests on CUDA streams.
+//!
+//! Every test first opens `cuda:0` and returns early (printing "no CUDA device, skipping")
+//! where there is none, so the suite passes cleanly on machines without a GPU.
+#![cfg(feature = "cuda")]
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use streampool::{Activation, Device, DeviceConfig, Error, Event, StreamGuard, Tensor};
+
+fn gpu() -> Option<Device> {
+    match Device::cuda(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("no CUDA device, skipping ({e})");
+            None
+        }
+    }
+}
+
+/// Relative error of `got` against `want`: each element's error is measured against its
+/// own magnitude plus the mean magnitude of `want`, so values near zero are not judged by an
+/// error relative to almost nothing.
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    if want.is_empty() {
+        return 0.0;
+    }
+    let scale = want.iter().map(|v| v.abs()).sum::<f32>() / want.len() as f32;
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_nan() || w.is_nan() {
+                return if g.is_nan() && w.is_nan() {
+                    0.0
+                } else {
+                    f32::INFINITY
+                };
+            }
+            (g - w).abs() / (w.abs() + scale + f32::MIN_POSITIVE)
+        })
+        .fold(0.0, f32::max)
+}
+
+/// Runs `f` on both devices (inputs made by `make` on each) and checks rel err < 1e-4.
+fn check(
+    name: &str,
+    gpu: &Device,
+    make: impl Fn(&Device) -> Vec<Tensor>,
+    f: impl Fn(&[Tensor]) -> streampool::Result<Tensor>,
+) {
+    let cpu = Device::cpu();
+    let want_t = f(&make(&cpu)).unwrap_or_else(|e| panic!("{name} on cpu: {e}"));
+    let got_t = f(&make(gpu)).unwrap_or_else(|e| panic!("{name} on gpu: {e}"));
+    assert_eq!(got_t.dims(), want_t.dims(), "{name}: shapes differ");
+    let (got, want) = (
+        got_t.to_vec::<f32>().unwrap(),
+        want_t.to_vec::<f32>().unwrap(),
+    );
+    let err = rel_err(&got, &want);
+    assert!(err < 1e-4, "{name}: relative error {err:e} >= 1e-4");
+}
+
+type UnaryFn = fn(&Tensor) -> streampool::Result<Tensor>;
+type BinaryFn = fn(&Tensor, &Tensor) -> streampool::Result<Tensor>;
+
+fn randn(shape: &[usize], seed: u64, dev: &Device) -> Tensor {
+    Tensor::randn(shape, seed, dev).unwrap()
+}
+
+#[test]
+fn matmul_matches_cpu_in_every_layout() {
+    let Some(g) = gpu() else { return };
+    check(
+        "matmul 2d",
+        &g,
+        |d| vec![randn(&[33, 70], 1, d), randn(&[70, 45], 2, d)],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matmul 256x1024",
+        &g,
+        |d| vec![randn(&[32, 256], 3, d), randn(&[256, 1024], 4, d)],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matmul batched",
+        &g,
+        |d| vec![randn(&[3, 17, 20], 5, d), randn(&[3, 20, 9], 6, d)],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matmul 4d batched",
+        &g,
+        |d| vec![randn(&[2, 3, 5, 8], 7, d), randn(&[2, 3, 8, 4], 8, d)],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matmul shared rhs",
+        &g,
+        |d| vec![randn(&[4, 5, 16], 9, d), randn(&[16, 8], 10, d)],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matmul transposed lhs",
+        &g,
+        |d| vec![randn(&[20, 13], 11, d), randn(&[20, 7], 12, d)],
+        |t| t[0].t()?.matmul(&t[1]),
+    );
+    check(
+        "matmul transposed rhs",
+        &g,
+        |d| vec![randn(&[6, 20], 13, d), randn(&[11, 20], 14, d)],
+        |t| t[0].matmul(&t[1].t()?),
+    );
+    check(
+        "matmul both transposed, batched",
+        &g,
+        |d| vec![randn(&[3, 9, 5], 15, d), randn(&[3, 6, 9], 16, d)],
+        |t| t[0].t()?.matmul(&t[1].t()?),
+    );
+    check(
+        "matmul narrowed rows",
+        &g,
+        |d| vec![randn(&[10, 12], 17, d), randn(&[12, 5], 18, d)],
+        |t| t[0].narrow(0, 3, 4)?.matmul(&t[1]),
+    );
+    check(
+        "matmul narrowed cols",
+        &g,
+        |d| vec![randn(&[10, 12], 19, d), randn(&[8, 9], 20, d)],
+        |t| t[0].narrow(1, 2, 8)?.matmul(&t[1]),
+    );
+    check(
+        "matmul vector shapes",
+        &g,
+        |d| vec![randn(&[1, 64], 21, d), randn(&[64, 1], 22, d)],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matmul k = 1",
+        &g,
+        |d| vec![randn(&[7, 1], 23, d), randn(&[1, 5], 24, d)],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matmul k = 0",
+        &g,
+        |d| {
+            vec![
+                Tensor::zeros(&[3, 0], d).unwrap(),
+                Tensor::zeros(&[0, 4], d).unwrap(),
+            ]
+        },
+        |t| t[0].matmul(&t[1]),
+    );
+}
+
+#[test]
+fn elementwise_ops_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let unary: &[(&str, UnaryFn)] = &[
+        ("relu", |t| t.relu()),
+        ("gelu", |t| t.gelu()),
+        ("tanh", |t| t.tanh()),
+        ("exp", |t| t.exp()),
+        ("sqr", |t| t.sqr()),
+        ("neg", |t| t.neg()),
+        ("affine", |t| t.affine(1.5, -0.25)),
+    ];
+    for (name, f) in unary {
+        check(name, &g, |d| vec![randn(&[37, 91], 30, d)], |t| f(&t[0]));
+        check(
+            &format!("{name} non-contiguous"),
+            &g,
+            |d| vec![randn(&[37, 91], 31, d)],
+            |t| f(&t[0].t()?),
+        );
+    }
+    let positive = |d: &Device| vec![Tensor::rand_uniform(&[1000], 0.5, 4.0, 32, d).unwrap()];
+    check("sqrt", &g, positive, |t| t[0].sqrt());
+    check("recip", &g, positive, |t| t[0].recip());
+    check(
+        "fill",
+        &g,
+        |d| vec![Tensor::full(2.5, &[3, 1000], d).unwrap()],
+        |t| Ok(t[0].clone()),
+    );
+
+    let binary: &[(&str, BinaryFn)] = &[
+        ("add", |a, b| a.add(b)),
+        ("sub", |a, b| a.sub(b)),
+        ("mul", |a, b| a.mul(b)),
+        ("maximum", |a, b| a.maximum(b)),
+    ];
+    for (name, f) in binary {
+        check(
+            name,
+            &g,
+            |d| vec![randn(&[8, 300], 33, d), randn(&[8, 300], 34, d)],
+            |t| f(&t[0], &t[1]),
+        );
+        check(
+            &format!("{name} broadcast"),
+            &g,
+            |d| vec![randn(&[4, 1, 6], 35, d), randn(&[5, 6], 36, d)],
+            |t| f(&t[0], &t[1]),
+        );
+        check(
+            &format!("{name} scalar"),
+            &g,
+            |d| vec![randn(&[3, 7], 37, d), randn(&[1], 38, d)],
+            |t| f(&t[0], &t[1]),
+        );
+        check(
+            &format!("{name} transposed"),
+            &g,
+            |d| vec![randn(&[9, 14], 39, d), randn(&[14, 9], 40, d)],
+            |t| f(&t[0].t()?, &t[1]),
+        );
+        check(
+            &format!("{name} narrowed 3d"),
+            &g,
+            |d| vec![randn(&[4, 6, 10], 41, d), randn(&[6, 3], 42, d)],
+            |t| f(&t[0].narrow(2, 5, 3)?, &t[1]),
+        );
+    }
+    check(
+        "div",
+        &g,
+        |d| {
+            vec![
+                randn(&[500], 43, d),
+                Tensor::rand_uniform(&[500], 0.5, 2.0, 44, d).unwrap(),
+            ]
+        },
+        |t| t[0].div(&t[1]),
+    );
+    check(
+        "div broadcast",
+        &g,
+        |d| {
+            vec![
+                randn(&[6, 50], 45, d),
+                Tensor::rand_uniform(&[6, 1], 0.5, 2.0, 46, d).unwrap(),
+            ]
+        },
+        |t| t[0].div(&t[1]),
+    );
+}
+
+#[test]
+fn row_ops_match_cpu() {
+    let Some(g) = gpu() else { return };
+    for cols in [1, 7, 32, 300, 1024, 3000] {
+        check(
+            &format!("softmax cols={cols}"),
+            &g,
+            |d| vec![randn(&[5, cols], 50, d).scale(3.0).unwrap()],
+            |t| t[0].softmax(),
+        );
+        let ln = |d: &Device| {
+            vec![
+                randn(&[6, cols], 51, d),
+                randn(&[cols], 52, d),
+                randn(&[cols], 53, d),
+                randn(&[6, cols], 54, d),
+            ]
+        };
+        check(&format!("layer_norm cols={cols}"), &g, ln, |t| {
+            t[0].layer_norm(&t[1], &t[2], 1e-5)
+        });
+        check(&format!("add_layer_norm cols={cols}"), &g, ln, |t| {
+            t[0].add_layer_norm(&t[3], &t[1], &t[2], 1e-12)
+        });
+    }
+    check(
+        "softmax non-contiguous",
+        &g,
+        |d| vec![randn(&[40, 30], 55, d)],
+        |t| t[0].t()?.softmax(),
+    );
+    check(
+        "softmax 3d",
+        &g,
+        |d| vec![randn(&[2, 12, 64], 56, d)],
+        |t| t[0].softmax(),
+    );
+    for act in [Activation::Identity, Activation::Relu, Activation::Gelu] {
+        check(
+            &format!("bias_act {act:?}"),
+            &g,
+            |d| vec![randn(&[32, 1024], 57, d), randn(&[1024], 58, d)],
+            |t| t[0].bias_act(&t[1], act),
+        );
+        check(
+            &format!("bias_act {act:?} 3d transposed"),
+            &g,
+            |d| vec![randn(&[3, 8, 5], 59, d), randn(&[8], 60, d)],
+            |t| t[0].transpose(1, 2)?.bias_act(&t[1], act),
+        );
+    }
+}
+
+#[test]
+fn gather_copy_and_reductions_match_cpu() {
+    let Some(g) = gpu() else { return };
+    // Embedding gather, with out-of-range ids giving zero rows in `index_select`.
+    check(
+        "embedding",
+        &g,
+        |d| vec![randn(&[50, 33], 70, d)],
+        |t| t[0].embedding(&[3, 0, 49, 3, 17, 22], &[2, 3]),
+    );
+    check(
+        "index_select out of range",
+        &g,
+        |d| {
+            vec![
+                randn(&[10, 8], 71, d),
+                Tensor::from_vec(vec![1i64, -1, 10, 9], &[4], d).unwrap(),
+            ]
+        },
+        |t| t[0].index_select(&t[1]),
+    );
+    // Transposes and narrows made contiguous.
+    check(
+        "contiguous transpose(0,2)",
+        &g,
+        |d| vec![randn(&[3, 4, 5], 72, d)],
+        |t| t[0].transpose(0, 2)?.contiguous(),
+    );
+    check(
+        "contiguous narrow",
+        &g,
+        |d| vec![randn(&[6, 7, 8], 73, d)],
+        |t| t[0].narrow(1, 2, 3)?.narrow(2, 1, 5)?.contiguous(),
+    );
+    check(
+        "reshape of a view",
+        &g,
+        |d| vec![randn(&[4, 6], 74, d)],
+        |t| t[0].t()?.reshape(&[3, 8]),
+    );
+    check(
+        "contiguous rank 9",
+        &g,
+        |d| vec![randn(&[2, 1, 2, 3, 1, 2, 2, 3, 2], 75, d)],
+        |t| t[0].transpose(0, 8)?.transpose(2, 6)?.contiguous(),
+    );
+    for axis in 0..3 {
+        for keep in [false, true] {
+            let x = |d: &Device| vec![randn(&[4, 130, 3], 76, d)];
+            check(&format!("sum axis {axis}"), &g, x, |t| t[0].sum(axis, keep));
+            check(&format!("mean axis {axis}"), &g, x, |t| {
+                t[0].mean(axis, keep)
+            });
+            check(&format!("max axis {axis}"), &g, x, |t| t[0].max(axis, keep));
+        }
+    }
+    for cols in [3, 64, 1000] {
+        let x = |d: &Device| vec![randn(&[7, cols], 77, d)];
+        check(&format!("sum rows {cols}"), &g, x, |t| t[0].sum(1, false));
+        check(&format!("mean rows {cols}"), &g, x, |t| t[0].mean(1, true));
+        check(&format!("max rows {cols}"), &g, x, |t| t[0].max(1, false));
+    }
+    check(
+        "sum of a transposed view",
+        &g,
+        |d| vec![randn(&[20, 90], 78, d)],
+        |t| t[0].t()?.sum(1, false),
+    );
+}
+
+#[test]
+fn every_dtype_round_trips_and_copies() {
+    let Some(g) = gpu() else { return };
+    let ids: Vec<i64> = (0..60).map(|i| i * 7 - 100).collect();
+    let t = Tensor::from_vec(ids.clone(), &[3, 4, 5], &g).unwrap();
+    assert_eq!(t.to_vec::<i64>().unwrap(), ids);
+    let cpu_t = Tensor::from_vec(ids, &[3, 4, 5], &Device::cpu()).unwrap();
+    let want = cpu_t
+        .transpose(0, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .to_vec::<i64>()
+        .unwrap();
+    assert_eq!(t.transpose(0, 2).unwrap().to_vec::<i64>().unwrap(), want);
+
+    let halves: Vec<half::f16> = (0..24)
+        .map(|i| half::f16::from_f32(i as f32 * 0.5))
+        .collect();
+    let h = Tensor::from_vec(halves.clone(), &[4, 6], &g).unwrap();
+    let want: Vec<half::f16> = (0..24).map(|i| halves[(i % 4) * 6 + i / 4]).collect();
+    assert_eq!(h.t().unwrap().to_vec::<half::f16>().unwrap(), want);
+    let b: Vec<half::bf16> = (0..10).map(|i| half::bf16::from_f32(i as f32)).collect();
+    let bt = Tensor::from_vec(b.clone(), &[10], &g).unwrap();
+    assert_eq!(
+        bt.to_device(&Device::cpu())
+            .unwrap()
+            .to_vec::<half::bf16>()
+            .unwrap(),
+        b
+    );
+
+    // CPU -> GPU -> CPU keeps every value.
+    let x = randn(&[17, 19], 80, &Device::cpu());
+    let back = x.to_device(&g).unwrap().to_device(&Device::cpu()).unwrap();
+    assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    // Empty tensors.
+    let e = Tensor::zeros(&[0, 5], &g).unwrap();
+    assert!(e.to_vec::<f32>().unwrap().is_empty());
+    assert!(e.relu().unwrap().to_vec::<f32>().unwrap().is_empty());
+}
+
+struct Mlp {
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+}
+
+impl Mlp {
+    fn new(d: &Device) -> Mlp {
+        Mlp {
+            w1: randn(&[64, 256], 90, d).scale(0.125).unwrap(),
+            b1: randn(&[256], 91, d),
+            w2: randn(&[256, 64], 92, d).scale(0.0625).unwrap(),
+            b2: randn(&[64], 93, d),
+        }
+    }
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let h = x
+            .matmul(&self.w1)
+            .unwrap()
+            .bias_act(&self.b1, Activation::Gelu)
+            .unwrap();
+        let y = h
+            .matmul(&self.w2)
+            .unwrap()
+            .bias_act(&self.b2, Activation::Identity)
+            .unwrap();
+        y.softmax().unwrap()
+    }
+}
+
+/// `threads` threads each run `iters` forwards of the shared model on their own input and
+/// compare each result with the CPU backend's.
+fn concurrent_forwards(g: &Device, threads: usize, iters: usize) {
+    let cpu = Device::cpu();
+    let (mg, mc) = (Arc::new(Mlp::new(g)), Mlp::new(&cpu));
+    let want: Vec<Vec<f32>> = (0..threads)
+        .map(|i| {
+            mc.forward(&randn(&[1 + i % 8, 64], 100 + i as u64, &cpu))
+                .to_vec()
+                .unwrap()
+        })
+        .collect();
+    let want = Arc::new(want);
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let (mg, want, barrier) = (mg.clone(), want.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let g = Device::cuda(0).unwrap();
+                let x = randn(&[1 + i % 8, 64], 100 + i as u64, &g);
+                barrier.wait();
+                for it in 0..iters {
+                    let got = mg.forward(&x).to_vec::<f32>().unwrap();
+                    let err = rel_err(&got, &want[i]);
+                    assert!(
+                        err < 1e-4,
+                        "thread {i} iteration {it}: relative error {err:e}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("worker thread");
+    }
+    g.synchronize().unwrap();
+}
+
+#[test]
+fn concurrent_forwards_match_cpu_from_2_4_8_and_64_threads() {
+    let Some(g) = gpu() else { return };
+    for threads in [2, 4, 8, 64] {
+        concurrent_forwards(&g, threads, 40);
+    }
+    // 64 threads over 31 pooled streams: streams (and their cuBLAS handles) were shared.
+    assert!(g.streams_created() <= g.pool_size());
+}
+
+#[test]
+fn thread_churn_and_tensors_moving_between_threads() {
+    let Some(g) = gpu() else { return };
+    let cpu = Device::cpu();
+    let w = Arc::new(randn(&[32, 32], 110, &g));
+    let want = randn(&[4, 32], 111, &cpu)
+        .matmul(&randn(&[32, 32], 110, &cpu))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for round in 0..10 {
+        let handles: Vec<_> = (0..20)
+            .map(|_| {
+                let w = w.clone();
+                std::thread::spawn(move || {
+                    let g = Device::cuda(0).unwrap();
+                    // Made here, returned to and read on another thread.
+                    randn(&[4, 32], 111, &g).matmul(&w).unwrap()
+                })
+            })
+            .collect();
+        for h in handles {
+            let t = h.join().expect("churn thread");
+            assert!(
+                rel_err(&t.to_vec::<f32>().unwrap(), &want) < 1e-4,
+                "round {round}"
+            );
+        }
+    }
+}
+
+#[test]
+fn consumer_waits_for_a_slow_producer_stream() {
+    let Some(g) = gpu() else { return };
+    let (producer, consumer) = (g.stream_from_pool().unwrap(), g.stream_from_pool().unwrap());
+    assert_ne!(producer, consumer);
+    let x = randn(&[256, 256], 120, &g);
+    let want: Vec<f32> = x
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v * 2.0 + 1.0)
+        .collect();
+    for _ in 0..5 {
+        let y = {
+            let _s = StreamGuard::new(&producer);
+            producer.debug_delay(Duration::from_millis(50)).unwrap();
+            x.scale(2.0).unwrap()
+        };
+        let _s = StreamGuard::new(&consumer);
+        let z = y.affine(1.0, 1.0).unwrap();
+        assert_eq!(z.to_vec::<f32>().unwrap(), want);
+    }
+}
+
+#[test]
+fn freed_memory_is_not_reused_under_a_slow_stream() {
+    let Some(_g) = gpu() else { return };
+    // A separate device, so the checks see only this test's blocks. The limit holds exactly
+    // two blocks of the size used (and some small ones), which forces reuse of the block still in use.
+    let shape = [1024, 256];
+    let bytes = 1024 * 256 * 4;
+    let limit = 2 * bytes + (64 << 10);
+    let dev = Device::cuda_with(
+        0,
+        DeviceConfig {
+            memory_limit: Some(limit),
+            ..DeviceConfig::default()
+        },
+    )
+    .unwrap();
+    let (slow, fast) = (
+        dev.stream_from_pool().unwrap(),
+        dev.stream_from_pool().unwrap(),
+    );
+    let ones = {
+        let _s = StreamGuard::new(&fast);
+        Tensor::ones(&shape, &dev).unwrap()
+    };
+    for round in 0..5 {
+        let read_back = {
+            let _s = StreamGuard::new(&slow);
+            slow.debug_delay(Duration::from_millis(100)).unwrap();
+            // Written after the delay, into a fresh block, then freed while still pending.
+            let t = ones.scale(3.0).unwrap();
+            let r = t.sum(1, false).unwrap();
+            drop(t);
+            r
+        };
+        let _s = StreamGuard::new(&fast);
+        // The limit is reached: this must not scribble over `t`'s block before the slow
+        // stream is done with it (or must wait for it on the device).
+        let f = Tensor::full(-5.0, &shape, &dev).unwrap();
+        let fv = f.to_vec::<f32>().unwrap();
+        assert!(
+            fv.iter().all(|&v| v == -5.0),
+            "round {round}: new tensor corrupted"
+        );
+        let rv = read_back.to_vec::<f32>().unwrap();
+        assert!(
+            rv.iter().all(|&v| v == 768.0),
+            "round {round}: slow stream read reused memory"
+        );
+    }
+    dev.synchronize().unwrap();
+    let s = dev.allocator_stats();
+    eprintln!("allocator after slow-stream reuse: {s:?}");
+    assert!(s.reserved <= limit);
+}
+
+#[test]
+fn out_of_memory_is_an_error_and_the_device_keeps_working() {
+    let Some(g) = gpu() else { return };
+    let limited = Device::cuda_with(
+        0,
+        DeviceConfig {
+            memory_limit: Some(1 << 20),
+            ..DeviceConfig::default()
+        },
+    )
+    .unwrap();
+    match Tensor::zeros(&[1 << 20], &limited) {
+        Err(Error::OutOfMemory {
+            requested, limit, ..
+        }) => {
+            assert_eq!(requested, 4 << 20);
+            assert_eq!(limit, Some(1 << 20));
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    let small = Tensor::ones(&[1000], &limited)
+        .unwrap()
+        .sum(0, false)
+        .unwrap();
+    assert_eq!(small.to_scalar().unwrap(), 1000.0);
+
+    // More than the GPU has: the driver's out-of-memory, reported the same way.
+    match Tensor::zeros(&[1usize << 40], &g) {
+        Err(Error::OutOfMemory { .. }) => {}
+        other => panic!("expected OutOfMemory from the driver, got {other:?}"),
+    }
+    let x = randn(&[8, 8], 130, &g);
+    assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap().len(), 64);
+}
+
+#[test]
+fn events_time_and_order_streams() {
+    let Some(g) = gpu() else { return };
+    let s = g.stream_from_pool().unwrap();
+    let start = Event::record(&s).unwrap();
+    s.debug_delay(Duration::from_millis(20)).unwrap();
+    let end = Event::record(&s).unwrap();
+    end.synchronize().unwrap();
+    assert!(end.query() && start.query());
+    let dt = end.elapsed_since(&start).unwrap();
+    // The sleep kernel spins for at least the asked time of the GPU's global timer.
+    assert!(dt >= Duration::from_millis(19), "elapsed {dt:?}");
+
+    // An event orders another stream: its copy sees the producer's result.
+    let other = g.stream_from_pool().unwrap();
+    let x = randn(&[64], 131, &g);
+    let y = {
+        let _s = StreamGuard::new(&s);
+        s.debug_delay(Duration::from_millis(30)).unwrap();
+        x.neg().unwrap()
+    };
+    let e = Event::record(&s).unwrap();
+    other.wait_event(&e).unwrap();
+    let _o = StreamGuard::new(&other);
+    let want: Vec<f32> = x.to_vec::<f32>().unwrap().iter().map(|v| -v).collect();
+    assert_eq!(y.to_vec::<f32>().unwrap(), want);
+    // Device-wide synchronize covers every stream.
+    s.debug_delay(Duration::from_millis(10)).unwrap();
+    let pending = Event::record(&s).unwrap();
+    g.synchronize().unwrap();
+    assert!(pending.query());
+}
+
+#[test]
+fn errors_are_isolated_and_streams_are_lazy() {
+    let Some(_g) = gpu() else { return };
+    let dev = Device::cuda_with(0, DeviceConfig::default()).unwrap();
+    assert_eq!(dev.streams_created(), 0, "streams are created on first use");
+    let a = randn(&[3, 4], 140, &dev);
+    let b = randn(&[5, 6], 141, &dev);
+    assert!(matches!(a.matmul(&b), Err(Error::Shape { .. })));
+    assert!(matches!(a.add(&b), Err(Error::Shape { .. })));
+    let cpu_t = randn(&[4, 3], 142, &Device::cpu());
+    assert!(matches!(a.matmul(&cpu_t), Err(Error::Device { .. })));
+    // The device still works after the errors.
+    let c = a.matmul(&randn(&[4, 2], 143, &dev)).unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap().len(), 6);
+    assert_eq!(dev.streams_created(), 1);
+}
+
+/// NVRTC compiles, module loads, cuBLAS handle creation and destruction, and gemms, from many
+/// threads at once: each thread opens its own device (own kernel cache, own streams and
+/// handles) at the same moment, checks results against the CPU, and drops it. This is the
+/// test that would show a vendor call needing a quarantine lock.
+#[test]
+fn vendor_calls_from_many_threads_at_once() {
+    let Some(_g) = gpu() else { return };
+    let cpu = Device::cpu();
+    let want = randn(&[16, 48], 150, &cpu)
+        .matmul(&randn(&[48, 40], 151, &cpu))
+        .unwrap()
+        .gelu()
+        .unwrap()
+        .softmax()
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = Arc::new(want);
+    for round in 0..3 {
+        let barrier = Arc::new(Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (barrier, want) = (barrier.clone(), want.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let dev = Device::cuda_with(0, DeviceConfig::default()).unwrap();
+                    let (a, b) = (randn(&[16, 48], 150, &dev), randn(&[48, 40], 151, &dev));
+                    // Several streams of the new device, each with its own handle.
+                    for _ in 0..3 {
+                        let s = dev.stream_from_pool().unwrap();
+                        let _guard = StreamGuard::new(&s);
+                        let got = a
+                            .matmul(&b)
+                            .unwrap()
+                            .gelu()
+                            .unwrap()
+                            .softmax()
+                            .unwrap()
+                            .to_vec::<f32>()
+                            .unwrap();
+                        let err = rel_err(&got, &want);
+                        assert!(
+                            err < 1e-4,
+                            "round {round} thread {i}: relative error {err:e}"
+                        );
+                    }
+                    dev.synchronize().unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("vendor stress thread");
+        }
+    }
+    // And on the shared device: many threads, many shapes, all streams' handles busy at once.
+    let g = Device::cuda(0).unwrap();
+    let handles: Vec<_> = (0..32)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let g = Device::cuda(0).unwrap();
+                let cpu = Device::cpu();
+                for j in 0..20 {
+                    let (m, k, n) = (
+                        1 + (i * 7 + j) % 50,
+                        1 + (i + j * 3) % 70,
+                        1 + (i * 5 + j) % 40,
+                    );
+                    let seed = (i * 100 + j) as u64;
+                    let got = randn(&[m, k], seed, &g)
+                        .matmul(&randn(&[k, n], seed + 1, &g))
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let want = randn(&[m, k], seed, &cpu)
+                        .matmul(&randn(&[k, n], seed + 1, &cpu))
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    assert!(rel_err(&got, &want) < 1e-4, "thread {i} gemm {m}x{k}x{n}");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("gemm stress thread");
+    }
+    g.synchronize().unwrap();
+}
