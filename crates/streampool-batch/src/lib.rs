@@ -1,1 +1,58 @@
-//! Dynamic batching over any model (work in progress).
+//! # streampool-batch
+//!
+//! Dynamic batching over any model. Many threads or async tasks each submit one request;
+//! worker threads gather them into batches (up to `max_batch_size`, or whatever arrived
+//! within `max_wait`), run one batched forward per batch on the worker's own stream, and
+//! hand each caller its own output.
+//!
+//! | piece              | what it does                                                          |
+//! |--------------------|-----------------------------------------------------------------------|
+//! | [`BatchQueue`]     | the queue and its workers: `infer`, `submit`, `infer_async`, `stats`  |
+//! | [`BatchConfig`]    | batch size, wait window, queue bound, workers, length buckets         |
+//! | [`BatchModel`]     | what a model implements: `forward_batch` (+ optional lengths, checks) |
+//! | [`RowModel`]       | a ready `BatchModel` for `[batch, features] -> [batch, out]` tensors  |
+//! | [`Handle`]         | one submitted request: `wait`, `wait_timeout`, or `.await`            |
+//! | [`BatchError`]     | `QueueFull`, `DeadlineExceeded`, `Model`, `ShutDown`, ...             |
+//! | [`StatsSnapshot`]  | counts, batch-size histogram, queue wait and latency p50/p90/p99     |
+//!
+//! Guarantees: every accepted request is answered exactly once, with its own output or an
+//! error; a full queue rejects at once; a request past its deadline is never run; a batch
+//! whose model call errors or panics answers all its requests with [`BatchError::Model`]
+//! and the queue keeps serving. The hand-off (bounded queue + one-shot answer slot) is built
+//! on `streampool::sync`, so a loom model checks it over every interleaving
+//! (`RUSTFLAGS="--cfg loom" cargo test --release -p streampool-batch --lib loom`).
+//!
+//! ```
+//! use streampool::{Device, Tensor};
+//! use streampool_batch::{BatchConfig, BatchQueue, RowModel};
+//!
+//! let dev = Device::cpu();
+//! let w = Tensor::randn(&[4, 3], 7, &dev).unwrap();
+//! let queue = BatchQueue::new(
+//!     RowModel::new(dev, 4, move |x: &Tensor| x.matmul(&w)?.relu()),
+//!     BatchConfig::default(),
+//! ).unwrap();
+//! let out = queue.infer(vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+//! assert_eq!(out.len(), 3);
+//! ```
+
+mod batch_queue;
+mod config;
+mod error;
+mod model;
+mod queue;
+mod row_model;
+mod shared;
+mod slot;
+mod stats;
+
+#[cfg(loom)]
+mod loom_tests;
+
+pub use batch_queue::BatchQueue;
+pub use config::BatchConfig;
+pub use error::{BatchError, ModelError};
+pub use model::{BatchContext, BatchModel};
+pub use row_model::RowModel;
+pub use slot::Handle;
+pub use stats::{Percentiles, StatsSnapshot, LATENCY_WINDOW};

@@ -40,6 +40,19 @@ mod imp {
             // See `Mutex::lock`: poisoning only follows a model panic.
             self.0.wait(guard).unwrap()
         }
+        /// Under loom a timed wait is modelled as timing out at once, the lock still held:
+        /// loom has no clock (its own `wait_timeout` never times out, which would deadlock
+        /// code that relies on the timeout). An immediate timeout is one legal outcome of a
+        /// real timed wait, so callers must treat `true` as "the time is up", not re-read a
+        /// clock; what a notification during the wait would have done, they redo on their
+        /// next untimed wait or pass.
+        pub fn wait_timeout<'a, T>(
+            &self,
+            guard: MutexGuard<'a, T>,
+            _timeout: std::time::Duration,
+        ) -> (MutexGuard<'a, T>, bool) {
+            (guard, true)
+        }
         pub fn notify_all(&self) {
             self.0.notify_all();
         }
@@ -76,6 +89,15 @@ mod imp {
         pub fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
             self.0.wait(&mut guard);
             guard
+        }
+        /// Waits for a notification or until `timeout` has passed; `true` means it timed out.
+        pub fn wait_timeout<'a, T>(
+            &self,
+            mut guard: MutexGuard<'a, T>,
+            timeout: std::time::Duration,
+        ) -> (MutexGuard<'a, T>, bool) {
+            let timed_out = self.0.wait_for(&mut guard, timeout).timed_out();
+            (guard, timed_out)
         }
         pub fn notify_all(&self) {
             self.0.notify_all();

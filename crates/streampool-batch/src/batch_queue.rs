@@ -1,0 +1,209 @@
+//! The public queue: worker threads, each on its own stream, around the shared hand-off.
+
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use streampool::sync::Arc;
+use streampool::{Stream, StreamGuard};
+
+use crate::shared::Shared;
+use crate::{BatchConfig, BatchError, BatchModel, Handle, StatsSnapshot};
+
+/// Dynamic batching over a model: many threads (or tasks) submit single requests, worker
+/// threads run them in batches, and every caller gets its own output back.
+///
+/// Each of the `workers` threads owns one stream of the model's device (see
+/// [`BatchModel::device`]) and makes it current for its whole life, so while one worker's
+/// batch runs on its stream the next worker is already forming and launching the next batch
+/// on another. Distinct workers get distinct streams while `workers < pool_size` (they take
+/// consecutive pooled slots); beyond that they share streams round-robin, which is correct,
+/// only less parallel.
+///
+/// Shutdown (explicit or on drop) is graceful: new submits fail with
+/// [`BatchError::ShutDown`], everything already queued is still run and answered, then the
+/// workers are joined. [`BatchQueue::shutdown_now`] instead answers the queued requests
+/// `ShutDown` and only finishes the batches already running.
+///
+/// ```
+/// use std::time::Duration;
+/// use streampool_batch::{BatchConfig, BatchContext, BatchModel, BatchQueue, ModelError};
+///
+/// struct Square;
+/// impl BatchModel for Square {
+///     type Input = i64;
+///     type Output = i64;
+///     fn forward_batch(&self, xs: Vec<i64>, _: &BatchContext) -> Result<Vec<i64>, ModelError> {
+///         Ok(xs.into_iter().map(|x| x * x).collect())
+///     }
+/// }
+///
+/// let config = BatchConfig { max_batch_size: 8, max_wait: Duration::from_millis(1), ..Default::default() };
+/// let queue = BatchQueue::new(Square, config).unwrap();
+/// std::thread::scope(|s| {
+///     for i in 0..4i64 {
+///         let queue = &queue;
+///         s.spawn(move || assert_eq!(queue.infer(i).unwrap(), i * i));
+///     }
+/// });
+/// assert_eq!(queue.stats().completed, 4);
+/// ```
+pub struct BatchQueue<M: BatchModel> {
+    shared: Arc<Shared<M>>,
+    /// Protects the worker join handles; taken only to join them at shutdown.
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<M: BatchModel> BatchQueue<M> {
+    /// Starts `config.workers` worker threads serving `model`. To keep a handle on the model
+    /// (e.g. to share it with other queues), pass an `Arc<M>`: it is a model too.
+    pub fn new(model: M, config: BatchConfig) -> Result<Self, BatchError> {
+        config.validate()?;
+        let model = Arc::new(model);
+        let streams = worker_streams(model.device(), config.workers)?;
+        let shared = Arc::new(Shared::new(model, config)?);
+        let queue = Self {
+            shared,
+            workers: Mutex::new(Vec::new()),
+        };
+        for (i, stream) in streams.into_iter().enumerate() {
+            let shared = queue.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("streampool-batch-{i}"))
+                .spawn(move || {
+                    // The worker's stream is current for every batch it runs, so the model's
+                    // ops queue there and not on a stream another worker uses.
+                    let _guard = stream.as_ref().map(StreamGuard::new);
+                    shared.serve(i);
+                });
+            match spawned {
+                Ok(handle) => queue.workers.lock().push(handle),
+                // Dropping `queue` shuts down and joins the workers already started.
+                Err(e) => return Err(BatchError::Spawn(e.to_string())),
+            }
+        }
+        Ok(queue)
+    }
+
+    /// Runs `input` in some batch and blocks until its output is back.
+    pub fn infer(&self, input: M::Input) -> Result<M::Output, BatchError> {
+        self.submit(input)?.wait()
+    }
+
+    /// Like [`BatchQueue::infer`], but gives up with [`BatchError::DeadlineExceeded`] once
+    /// `deadline` passes before the request started (it is then never run).
+    pub fn infer_with_deadline(
+        &self,
+        input: M::Input,
+        deadline: Instant,
+    ) -> Result<M::Output, BatchError> {
+        self.submit_with_deadline(input, deadline)?.wait()
+    }
+
+    /// Queues `input` and returns at once with a [`Handle`] to wait on (blocking or `.await`).
+    /// Fails immediately with [`BatchError::QueueFull`] when `max_queue` requests wait, with
+    /// [`BatchError::InputTooLong`] when no bucket fits, and with [`BatchError::ShutDown`]
+    /// after shutdown.
+    pub fn submit(&self, input: M::Input) -> Result<Handle<M::Output>, BatchError> {
+        self.shared.submit(input, None)
+    }
+
+    /// Like [`BatchQueue::submit`], with a deadline: a request still queued when it passes is
+    /// answered [`BatchError::DeadlineExceeded`] and never run.
+    pub fn submit_with_deadline(
+        &self,
+        input: M::Input,
+        deadline: Instant,
+    ) -> Result<Handle<M::Output>, BatchError> {
+        self.shared.submit(input, Some(deadline))
+    }
+
+    /// The async [`BatchQueue::infer`]: submitting never blocks, and waiting is a future that
+    /// a worker wakes, so it is safe to call from any async runtime (tokio included).
+    pub async fn infer_async(&self, input: M::Input) -> Result<M::Output, BatchError> {
+        self.submit(input)?.await
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot(self.shared.queue.len())
+    }
+
+    /// Clears counters, histogram and latency windows (e.g. after a warm-up).
+    pub fn reset_stats(&self) {
+        self.shared.stats.reset();
+    }
+
+    /// Requests waiting now (not counting batches being formed or run).
+    pub fn queue_len(&self) -> usize {
+        self.shared.queue.len()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BatchConfig {
+        &self.shared.config
+    }
+
+    /// The model.
+    pub fn model(&self) -> &M {
+        &self.shared.model
+    }
+
+    /// Stops accepting requests, runs and answers everything already queued, and joins the
+    /// workers. Idempotent; also done on drop.
+    pub fn shutdown(&self) {
+        self.shared.close(true);
+        self.join_workers();
+    }
+
+    /// Stops accepting requests, answers everything still queued with
+    /// [`BatchError::ShutDown`], lets running batches finish, and joins the workers.
+    pub fn shutdown_now(&self) {
+        self.shared.close(false);
+        self.join_workers();
+    }
+
+    fn join_workers(&self) {
+        let handles = std::mem::take(&mut *self.workers.lock());
+        let me = std::thread::current().id();
+        for h in handles {
+            // A model that drops the last reference to its own queue runs this on a worker;
+            // that worker ends by itself once the queue is drained.
+            if h.thread().id() != me {
+                // A worker only ends by returning: model panics are caught inside it.
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl<M: BatchModel> Drop for BatchQueue<M> {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl<M: BatchModel> std::fmt::Debug for BatchQueue<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchQueue")
+            .field("config", &self.shared.config)
+            .field("queue_len", &self.queue_len())
+            .finish()
+    }
+}
+
+/// One stream per worker: consecutive pooled slots starting at the pool's next one, so
+/// workers never share a stream while there are at least as many pooled slots as workers.
+fn worker_streams(
+    device: Option<streampool::Device>,
+    workers: usize,
+) -> Result<Vec<Option<Stream>>, BatchError> {
+    let Some(device) = device else {
+        return Ok(vec![None; workers]);
+    };
+    let pooled = device.pool_size() - 1;
+    let first = device.stream_from_pool()?.index() - 1;
+    (0..workers)
+        .map(|i| Ok(Some(device.stream_at(1 + (first + i) % pooled)?)))
+        .collect()
+}

@@ -1,0 +1,209 @@
+//! loom models of the submit / take / answer hand-off: the real [`Shared::submit`],
+//! [`Shared::serve`] (bounded queue + batch forming) and one-shot answer slot, driven by
+//! loom threads over every interleaving (bounded preemptions). Each model checks that every
+//! submitted request gets exactly one answer, that it is its own, and that the model ran
+//! exactly the requests answered with an output.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p streampool-batch --lib loom`.
+//! Timed waits time out at once under loom (see `streampool::sync::Condvar::wait_timeout`):
+//! the batch window closes immediately and a caller with a deadline gives up as soon as it
+//! waits on a request no worker has claimed yet; both are legal schedules of the real code.
+
+use std::sync::Mutex as StdMutex;
+use std::time::{Duration, Instant};
+
+use loom::thread;
+use streampool::sync::Arc;
+
+use crate::shared::Shared;
+use crate::{BatchConfig, BatchContext, BatchError, BatchModel, ModelError};
+
+/// Answers `x` with `10 * x + 1` and records what it ran. The record uses a std mutex on
+/// purpose: it is test bookkeeping, not part of the hand-off, and would only add states.
+#[derive(Default)]
+struct Tagger {
+    ran: StdMutex<Vec<u32>>,
+}
+
+impl BatchModel for Tagger {
+    type Input = u32;
+    type Output = u32;
+    fn forward_batch(&self, xs: Vec<u32>, _: &BatchContext) -> Result<Vec<u32>, ModelError> {
+        self.ran.lock().unwrap().extend(&xs);
+        Ok(xs.into_iter().map(|x| 10 * x + 1).collect())
+    }
+}
+
+fn config(max_batch_size: usize, max_queue: usize, workers: usize) -> BatchConfig {
+    BatchConfig {
+        max_batch_size,
+        max_wait: Duration::from_millis(1),
+        max_queue,
+        workers,
+        buckets: Vec::new(),
+    }
+}
+
+fn shared(config: BatchConfig) -> (Arc<Shared<Tagger>>, Arc<Tagger>) {
+    let model = Arc::new(Tagger::default());
+    (Arc::new(Shared::new(model.clone(), config).unwrap()), model)
+}
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    // Every bug of this hand-off needs at most a couple of preemptions; the bound keeps the
+    // four-thread models to seconds.
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b
+}
+
+fn spawn_workers(s: &Arc<Shared<Tagger>>, n: usize) -> Vec<thread::JoinHandle<()>> {
+    (0..n)
+        .map(|w| {
+            let s = s.clone();
+            thread::spawn(move || s.serve(w))
+        })
+        .collect()
+}
+
+fn ran_sorted(model: &Tagger) -> Vec<u32> {
+    let mut ran = model.ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    ran
+}
+
+/// Two callers, one worker batching up to two: each caller gets its own answer, once.
+#[test]
+fn loom_two_callers_one_worker() {
+    builder().check(|| {
+        let (s, model) = shared(config(2, 4, 1));
+        let workers = spawn_workers(&s, 1);
+        let callers: Vec<_> = (0..2u32)
+            .map(|i| {
+                let s = s.clone();
+                thread::spawn(move || s.submit(i, None).unwrap().wait())
+            })
+            .collect();
+        for (i, c) in (0u32..).zip(callers) {
+            assert_eq!(c.join().unwrap(), Ok(10 * i + 1));
+        }
+        s.close(true);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        assert_eq!(ran_sorted(&model), vec![0, 1]);
+        assert_eq!(s.stats.snapshot(0).completed, 2);
+    });
+}
+
+/// One caller, two workers taking single-request batches: the forming hand-off between
+/// workers neither loses nor duplicates the request.
+#[test]
+fn loom_one_caller_two_workers() {
+    builder().check(|| {
+        let (s, model) = shared(config(1, 4, 2));
+        let workers = spawn_workers(&s, 2);
+        let answers: Vec<_> = (0..2u32)
+            .map(|i| s.submit(i, None).unwrap())
+            .map(|h| h.wait())
+            .collect();
+        assert_eq!(answers, vec![Ok(1), Ok(11)]);
+        s.close(true);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        assert_eq!(ran_sorted(&model), vec![0, 1]);
+    });
+}
+
+/// A caller whose deadline passes races the worker's claim: it is answered either its own
+/// output (and ran) or `DeadlineExceeded` (and never ran), never both, never neither.
+#[test]
+fn loom_deadline_races_claim() {
+    builder().check(|| {
+        let (s, model) = shared(config(2, 4, 1));
+        let workers = spawn_workers(&s, 1);
+        let late = {
+            let s = s.clone();
+            thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(3600);
+                s.submit(7, Some(deadline)).unwrap().wait()
+            })
+        };
+        let plain = s.submit(3, None).unwrap().wait();
+        let late = late.join().unwrap();
+        s.close(true);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        assert_eq!(plain, Ok(31));
+        let ran = ran_sorted(&model);
+        match late {
+            Ok(v) => {
+                assert_eq!(v, 71);
+                assert_eq!(ran, vec![3, 7]);
+            }
+            Err(e) => {
+                assert_eq!(e, BatchError::DeadlineExceeded);
+                assert_eq!(ran, vec![3]);
+                assert_eq!(s.stats.snapshot(0).expired, 1);
+            }
+        }
+    });
+}
+
+/// Shutdown without draining races a submit: the caller gets exactly one outcome, and an
+/// output only if the model ran its request.
+#[test]
+fn loom_shutdown_races_submit() {
+    builder().check(|| {
+        let (s, model) = shared(config(2, 4, 1));
+        let workers = spawn_workers(&s, 1);
+        let caller = {
+            let s = s.clone();
+            thread::spawn(move || s.submit(5, None).and_then(|h| h.wait()))
+        };
+        s.close(false);
+        let answer = caller.join().unwrap();
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        let ran = ran_sorted(&model);
+        match answer {
+            Ok(v) => {
+                assert_eq!(v, 51);
+                assert_eq!(ran, vec![5]);
+            }
+            Err(e) => {
+                assert_eq!(e, BatchError::ShutDown);
+                assert!(ran.is_empty());
+            }
+        }
+    });
+}
+
+/// A caller that drops its handle races the worker: the request runs at most once and is
+/// counted exactly once, as completed or as cancelled.
+#[test]
+fn loom_abandoned_handle() {
+    builder().check(|| {
+        let (s, model) = shared(config(2, 4, 1));
+        let workers = spawn_workers(&s, 1);
+        drop(s.submit(9, None).unwrap());
+        s.close(true);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        let stats = s.stats.snapshot(0);
+        assert_eq!(stats.completed + stats.cancelled, 1);
+        assert_eq!(model.ran.lock().unwrap().len() as u64, stats.completed);
+    });
+}
+
+/// The async path: a future polled by loom's executor is woken by the worker's answer.
+#[test]
+fn loom_async_wait() {
+    builder().check(|| {
+        let (s, _model) = shared(config(2, 4, 1));
+        let workers = spawn_workers(&s, 1);
+        let caller = {
+            let s = s.clone();
+            thread::spawn(move || loom::future::block_on(s.submit(2, None).unwrap()))
+        };
+        assert_eq!(caller.join().unwrap(), Ok(21));
+        s.close(true);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+    });
+}

@@ -1,0 +1,102 @@
+//! What a batch queue needs from a model.
+
+use streampool::Device;
+
+use crate::ModelError;
+
+/// Facts about one batch, handed to [`BatchModel::forward_batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchContext {
+    /// The length every input of this batch must be padded to: the bucket all of them fell
+    /// into (see [`BatchConfig::buckets`](crate::BatchConfig::buckets)). `None` when no
+    /// buckets are configured.
+    pub padded_len: Option<usize>,
+    /// Which worker runs the batch (`0..workers`).
+    pub worker: usize,
+}
+
+/// A model the queue can batch: it maps a batch of inputs to one output per input, in order.
+///
+/// **Who pads:** the queue groups requests by bucket and tells the model the bucket length
+/// in [`BatchContext::padded_len`]; the model pads each input to that length and masks the
+/// padding (for a BERT-style encoder: pad token ids, attention mask 0 on padded positions),
+/// because only the model knows its padding value and how masking works in it. The queue
+/// never touches the inputs.
+///
+/// `forward_batch` runs on a worker thread whose current stream (for
+/// [`BatchModel::device`]) is the worker's own, so tensor ops inside it queue on that
+/// stream. It may return an error or even panic: every request of that batch is then
+/// answered with [`BatchError::Model`](crate::BatchError::Model) and the worker goes on.
+///
+/// ```
+/// use streampool_batch::{BatchContext, BatchModel, ModelError};
+/// struct Doubler;
+/// impl BatchModel for Doubler {
+///     type Input = f32;
+///     type Output = f32;
+///     fn forward_batch(&self, xs: Vec<f32>, _: &BatchContext) -> Result<Vec<f32>, ModelError> {
+///         Ok(xs.into_iter().map(|x| 2.0 * x).collect())
+///     }
+/// }
+/// ```
+pub trait BatchModel: Send + Sync + 'static {
+    /// One request's input.
+    type Input: Send + 'static;
+    /// One request's output.
+    type Output: Send + 'static;
+
+    /// Runs one batch. Must return exactly one output per input, in input order; a different
+    /// count is answered to every caller of the batch as a model error.
+    fn forward_batch(
+        &self,
+        inputs: Vec<Self::Input>,
+        ctx: &BatchContext,
+    ) -> Result<Vec<Self::Output>, ModelError>;
+
+    /// Checks one input before it is queued, so a malformed input is refused to its own
+    /// caller ([`BatchError::InvalidInput`](crate::BatchError::InvalidInput)) instead of
+    /// failing a whole batch of other callers' requests. Default: accept everything.
+    fn check_input(&self, _input: &Self::Input) -> Result<(), ModelError> {
+        Ok(())
+    }
+
+    /// The length of `input` along its variable axis (e.g. tokens), used to pick its bucket
+    /// when [`BatchConfig::buckets`](crate::BatchConfig::buckets) is set. Default: 0.
+    fn input_len(&self, _input: &Self::Input) -> usize {
+        0
+    }
+
+    /// The device the model runs on. When `Some`, each worker takes its own stream of that
+    /// device's pool and makes it current for the worker's life. Default: `None` (a host-only
+    /// model; workers then use no stream of their own).
+    fn device(&self) -> Option<Device> {
+        None
+    }
+}
+
+/// A shared model is a model: lets callers keep an `Arc` to the model a queue runs.
+impl<M: BatchModel> BatchModel for std::sync::Arc<M> {
+    type Input = M::Input;
+    type Output = M::Output;
+
+    fn forward_batch(
+        &self,
+        inputs: Vec<Self::Input>,
+        ctx: &BatchContext,
+    ) -> Result<Vec<Self::Output>, ModelError> {
+        (**self).forward_batch(inputs, ctx)
+    }
+
+    fn check_input(&self, input: &Self::Input) -> Result<(), ModelError> {
+        (**self).check_input(input)
+    }
+
+    fn input_len(&self, input: &Self::Input) -> usize {
+        (**self).input_len(input)
+    }
+
+    fn device(&self) -> Option<Device> {
+        (**self).device()
+    }
+}
