@@ -1127,6 +1127,56 @@ fn sum_mean_max_over_every_axis() {
 }
 
 #[test]
+fn long_axes_keep_the_tolerance() {
+    // Positive values make a plain f32 running sum drift: each of the 2^20 additions rounds
+    // at the scale of the partial sum (ulp(5e5) = 3e-2), beyond 1e-5 of the total.
+    let mut rng = Rng::new(81);
+    let n = 1 << 20;
+    let (x, xr) = randu(&mut rng, &[2, n], 0.0, 1.0);
+    check(
+        "sum long axis",
+        &x.sum(1, false).unwrap(),
+        &xr.reduce(1, false, |v| v.iter().sum()),
+    );
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    check(
+        "mean long axis",
+        &x.mean(1, true).unwrap(),
+        &xr.reduce(1, true, mean),
+    );
+    let xt = x.t().unwrap(); // [n, 2]: the long axis is the outer one
+    let xtr = xr.transpose(0, 1);
+    check(
+        "sum long outer axis",
+        &xt.sum(0, false).unwrap(),
+        &xtr.reduce(0, false, |v| v.iter().sum()),
+    );
+    // Softmax values here are ~1/n, far below the absolute floor of the check, so compare
+    // them scaled by n (a relative check of each probability).
+    let scaled = x.softmax().unwrap().scale(n as f32).unwrap();
+    check(
+        "softmax long row (x n)",
+        &scaled,
+        &xr.map_rows(softmax_ref).map(|p| p * n as f64),
+    );
+    let (g, b) = (
+        Tensor::ones(&[n], &dev()).unwrap(),
+        Tensor::zeros(&[n], &dev()).unwrap(),
+    );
+    let ones = vec![1.0; n];
+    let zeros = vec![0.0; n];
+    check(
+        "layer_norm long row",
+        &x.layer_norm(&g, &b, 1e-5).unwrap(),
+        &xr.map_rows(|r| layer_norm_ref(r, &ones, &zeros, 1e-5)),
+    );
+    // A long inner dimension of matmul (norm-relative, as above).
+    let (a, ar) = randu(&mut rng, &[3, 1 << 15], 0.0, 1.0);
+    let (w, wr) = randu(&mut rng, &[1 << 15, 2], 0.0, 1.0);
+    check_mm("matmul long k", &a.matmul(&w).unwrap(), &ar.matmul(&wr));
+}
+
+#[test]
 fn reduction_errors() {
     let d = dev();
     let x = Tensor::zeros(&[2, 3], &d).unwrap();

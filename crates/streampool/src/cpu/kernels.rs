@@ -94,12 +94,13 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             let (x, y) = (src(*x, rows * cols), dst(*out, rows * cols));
             for (xr, yr) in x.chunks_exact(*cols).zip(y.chunks_exact_mut(*cols)) {
                 let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0.0f32;
+                // f64 accumulation: an f32 running sum drifts past 1e-5 on long rows.
+                let mut sum = 0.0f64;
                 for (y, &x) in yr.iter_mut().zip(xr) {
                     *y = (x - max).exp();
-                    sum += *y;
+                    sum += *y as f64;
                 }
-                let inv = 1.0 / sum;
+                let inv = (1.0 / sum) as f32;
                 yr.iter_mut().for_each(|y| *y *= inv);
             }
         }
@@ -195,10 +196,13 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             for o in 0..*outer {
                 for i in 0..*inner {
                     let vals = (0..*axis).map(|a| x[(o * axis + a) * inner + i]);
+                    // Sums accumulate in f64: an f32 running sum of 2^20 positive values
+                    // is off by more than 1e-5 relative.
+                    let sum = || vals.clone().map(f64::from).sum::<f64>();
                     y[o * inner + i] = match op {
-                        ReduceOp::Sum => vals.sum(),
-                        ReduceOp::Mean => vals.sum::<f32>() / *axis as f32,
-                        ReduceOp::Max => vals.fold(f32::NEG_INFINITY, f32::max),
+                        ReduceOp::Sum => sum() as f32,
+                        ReduceOp::Mean => (sum() / *axis as f64) as f32,
+                        ReduceOp::Max => vals.clone().fold(f32::NEG_INFINITY, f32::max),
                     };
                 }
             }
