@@ -18,6 +18,8 @@ enum Command {
     Check(commands::check::Args),
     /// Benchmark forward throughput from many threads.
     Bench(commands::bench::Args),
+    /// Print sentence embeddings from a BERT-family model (the shipped tiny model by default).
+    Embed(commands::embed::Args),
     /// Run many ops and forwards from many threads (with churn) and check every result.
     Soak(commands::soak::Args),
 }
@@ -27,6 +29,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Check(a) => commands::check::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Embed(a) => commands::embed::run(a),
         Command::Soak(a) => commands::soak::run(a),
     }
 }

@@ -1,0 +1,90 @@
+//! `streampool embed`: sentence embeddings from a BERT-family model folder.
+//!
+//! Which model: `--model DIR` if given; `--minilm` for all-MiniLM-L6-v2 installed by
+//! `scripts/fetch-minilm.sh` (or named by `STREAMPOOL_MINILM_DIR`); otherwise the tiny model
+//! shipped in the repository, `models/tiny-bert`, looked up under the current directory and
+//! its parents, then under the parents of this executable (so `target/release/streampool` of a
+//! checkout finds it from anywhere), then in the source tree the binary was built from.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use streampool_nn::{find_minilm, find_tiny_bert, SentenceEmbedder};
+
+/// Arguments of `streampool embed`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Model folder with config.json, model.safetensors and tokenizer.json
+    /// [default: the shipped tiny model, models/tiny-bert].
+    #[arg(long, value_name = "DIR", conflicts_with = "minilm")]
+    model: Option<PathBuf>,
+    /// Use all-MiniLM-L6-v2 (install it with scripts/fetch-minilm.sh, or set
+    /// STREAMPOOL_MINILM_DIR).
+    #[arg(long)]
+    minilm: bool,
+    /// Print every embedding in full, as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Values shown per embedding without --json.
+    #[arg(long, default_value_t = 6)]
+    show: usize,
+    /// Texts to embed (one batch).
+    #[arg(required = true, value_name = "TEXT")]
+    texts: Vec<String>,
+}
+
+/// Embeds the texts and prints the vectors.
+pub fn run(args: Args) -> Result<()> {
+    let dev = super::device::open(&args.device)?;
+    let (dir, shipped) = match (&args.model, args.minilm) {
+        (Some(dir), _) => (dir.clone(), false),
+        (None, true) => (find_minilm()?, false),
+        (None, false) => (find_tiny_bert()?, true),
+    };
+    let emb = SentenceEmbedder::load(&dev, &dir)
+        .with_context(|| format!("loading the model in {}", dir.display()))?;
+    if shipped && !args.json {
+        eprintln!(
+            "note: {} has random weights (a test model, no setup needed); \
+             use --minilm for meaningful embeddings",
+            dir.display()
+        );
+    }
+    let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
+    let vectors = emb.embed(&texts)?;
+    if args.json {
+        let embeddings: Vec<_> = texts
+            .iter()
+            .zip(&vectors)
+            .map(|(t, v)| serde_json::json!({ "text": t, "embedding": v }))
+            .collect();
+        let out = serde_json::json!({
+            "model": dir.display().to_string(),
+            "device": dev.name(),
+            "dim": emb.dim(),
+            "embeddings": embeddings,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "model {} on {}: {} dims, mean pooling, L2-normalised",
+        dir.display(),
+        dev.name(),
+        emb.dim()
+    );
+    for (i, (t, v)) in texts.iter().zip(&vectors).enumerate() {
+        let shown: Vec<String> = v
+            .iter()
+            .take(args.show)
+            .map(|x| format!("{x:.6}"))
+            .collect();
+        let more = if v.len() > args.show { ", ..." } else { "" };
+        println!("[{i}] {t:?}");
+        println!("    [{}{more}] ({} values)", shown.join(", "), v.len());
+    }
+    Ok(())
+}
