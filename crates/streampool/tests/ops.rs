@@ -462,6 +462,27 @@ fn matmul_zero_sized() {
     let a = Tensor::ones(&[0, 2, 3], &d).unwrap();
     let b = Tensor::ones(&[0, 3, 4], &d).unwrap();
     assert_eq!(a.matmul(&b).unwrap().dims(), &[0, 2, 4]);
+    // Empty views whose matrix strides are not unit (an empty tensor counts as contiguous,
+    // so it is not copied into unit strides either).
+    let odd = Tensor::zeros(&[4, 0, 3], &d)
+        .unwrap()
+        .transpose(0, 2)
+        .unwrap(); // [3, 0, 4]
+    let w = Tensor::ones(&[3, 4, 2], &d).unwrap();
+    assert_eq!(odd.matmul(&w).unwrap().dims(), &[3, 0, 2]);
+    let odd_k = Tensor::zeros(&[0, 2, 3], &d)
+        .unwrap()
+        .transpose(0, 2)
+        .unwrap(); // [3, 2, 0]
+    let b = Tensor::ones(&[3, 0, 4], &d).unwrap();
+    let c = odd_k.matmul(&b).unwrap();
+    assert_eq!(c.dims(), &[3, 2, 4]);
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![0.0; 24]);
+    let c = Tensor::ones(&[3, 4, 0], &d)
+        .unwrap()
+        .matmul(&odd_k.t().unwrap())
+        .unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![0.0; 24]);
 }
 
 #[test]

@@ -565,6 +565,19 @@ impl Tensor {
 /// do not collapse to one stride or neither matrix stride is 1. Returns the tensor the
 /// operand points into (keep it alive) and the operand.
 fn mat_operand(t: &Tensor) -> Result<(Tensor, MatOperand)> {
+    if t.elem_count() == 0 {
+        // Backends read nothing through an empty operand (an empty output is skipped and a
+        // k == 0 product is zeros), and an empty tensor counts as contiguous whatever its
+        // strides, so give it row-major matrix strides rather than inspecting its own.
+        let cols = t.dims()[t.rank() - 1];
+        let op = MatOperand {
+            ptr: t.ptr(),
+            batch_stride: 0,
+            rs: cols.max(1),
+            cs: 1,
+        };
+        return Ok((t.clone(), op));
+    }
     let fits = |t: &Tensor| {
         let l = t.layout();
         let r = l.shape.len();
