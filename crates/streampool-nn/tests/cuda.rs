@@ -1,0 +1,117 @@
+//! The models on the CUDA backend (feature `cuda`, needs a GPU): tiny-bert and
+//! all-MiniLM-L6-v2 against their references, and 8 threads against one.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use streampool::Device;
+use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, SentenceEmbedder};
+
+fn gpu() -> Device {
+    Device::cuda(0).expect("CUDA device 0")
+}
+
+fn refs(texts: &[String]) -> Vec<&str> {
+    texts.iter().map(String::as_str).collect()
+}
+
+/// Worst max-abs-diff and cosine of `got` against the per-sentence reference field `key`.
+fn compare(got: &[Vec<f32>], r: &serde_json::Value, key: &str) -> (f64, f64) {
+    let (mut d, mut c) = (0.0f64, 1.0f64);
+    for (g, s) in got.iter().zip(r["sentences"].as_array().unwrap()) {
+        let want = f64s(&s[key]);
+        d = d.max(max_abs_diff(g, &want));
+        c = c.min(cosine(g, &want));
+    }
+    (d, c)
+}
+
+#[test]
+fn tiny_bert_on_cuda_matches_reference() {
+    let r = reference("tiny_bert_reference.json");
+    let dev = gpu();
+    let model = BertModel::load(&dev, tiny_bert_dir()).unwrap();
+    let states = model.forward_hidden_states(&stored_input(&r)).unwrap();
+    for (i, (s, w)) in states
+        .iter()
+        .zip(r["first_sentence"]["hidden_states"].as_array().unwrap())
+        .enumerate()
+    {
+        let got = s.narrow(0, 0, 1).unwrap().to_vec::<f32>().unwrap();
+        let d = max_abs_diff(&got, &rows(w));
+        println!("cuda tiny-bert hidden state {i}: max abs diff {d:.3e}");
+        assert!(d < 1e-3, "hidden state {i}: max abs diff {d}");
+    }
+    let emb = SentenceEmbedder::load(&dev, tiny_bert_dir()).unwrap();
+    let got = emb.embed(&refs(&texts(&r))).unwrap();
+    let (d, c) = compare(&got, &r, "embedding");
+    println!("cuda tiny-bert embeddings: max abs diff {d:.3e}, min cosine {c:.12}");
+    assert!(c > 0.99999, "min cosine {c}");
+}
+
+#[test]
+fn minilm_on_cuda_matches_sentence_transformers() {
+    let dir = match find_minilm() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+    };
+    let r = reference("minilm_reference.json");
+    let emb = SentenceEmbedder::load(&gpu(), &dir).unwrap();
+    let got = emb.embed(&refs(&texts(&r))).unwrap();
+    for key in ["embedding", "embedding_fp16_weights"] {
+        let (d, c) = compare(&got, &r, key);
+        println!(
+            "cuda MiniLM ({}) vs {key}: max abs diff {d:.3e}, min cosine {c:.12}",
+            dir.display()
+        );
+        assert!(c > 0.9999, "{key}: min cosine {c}");
+    }
+}
+
+#[test]
+fn eight_threads_on_cuda_agree_with_one() {
+    let r = reference("tiny_bert_reference.json");
+    let dir = find_minilm().unwrap_or_else(|_| tiny_bert_dir());
+    let emb = Arc::new(SentenceEmbedder::load(&gpu(), &dir).unwrap());
+    let all = texts(&r);
+    let work: Vec<Vec<&str>> = (0..8)
+        .map(|t| {
+            (0..1 + t % 4)
+                .map(|i| all[(t + 3 * i) % all.len()].as_str())
+                .collect()
+        })
+        .collect();
+    let expected: Vec<Vec<Vec<f32>>> = work.iter().map(|w| emb.embed(w).unwrap()).collect();
+    let results: Vec<Vec<Vec<Vec<f32>>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = work
+            .iter()
+            .map(|w| {
+                let emb = emb.clone();
+                s.spawn(move || (0..10).map(|_| emb.embed(w).unwrap()).collect::<Vec<_>>())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (mut worst, mut identical) = (0.0f32, true);
+    for (t, rounds) in results.iter().enumerate() {
+        for got in rounds {
+            for (g, e) in got.iter().zip(&expected[t]) {
+                identical &= g == e;
+                for (a, b) in g.iter().zip(e) {
+                    worst = worst.max((a - b).abs());
+                }
+            }
+        }
+    }
+    println!(
+        "cuda 8 threads ({}): max abs diff vs one thread {worst:.3e}, bit-identical: {identical}",
+        dir.display()
+    );
+    assert!(worst <= 1e-5, "threads differ from one thread by {worst}");
+}
