@@ -409,6 +409,10 @@ fn every_dtype_round_trips_and_copies() {
     let x = randn(&[17, 19], 80, &Device::cpu());
     let back = x.to_device(&g).unwrap().to_device(&Device::cpu()).unwrap();
     assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    // Copies too large for the pinned staging buffers take the pageable path.
+    let big = randn(&[1024, 1100], 81, &Device::cpu());
+    let big_back = big.to_device(&g).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(big_back, big.to_vec::<f32>().unwrap());
     // Empty tensors.
     let e = Tensor::zeros(&[0, 5], &g).unwrap();
     assert!(e.to_vec::<f32>().unwrap().is_empty());

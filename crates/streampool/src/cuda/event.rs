@@ -1,4 +1,5 @@
-//! CUDA events, recycled through a per-device pool.
+//! CUDA events, recycled through a pool per stream (threads on different streams never
+//! contend for it).
 //!
 //! Every op output, free guard and `to_vec` records an event, so creating a `CUevent` each
 //! time would put `cuEventCreate`/`cuEventDestroy` on the hot path. Dropped events go back to
@@ -26,7 +27,7 @@ struct RawEvent(CUevent);
 // use one handle from two owners at once (an idle event belongs to the pool alone).
 unsafe impl Send for RawEvent {}
 
-/// Idle events of one device, with and without timing.
+/// Idle events of one stream, with and without timing.
 pub(crate) struct EventPool {
     ctx: Arc<CudaContext>,
     device: String,
@@ -80,7 +81,7 @@ impl EventPool {
 
 impl Drop for EventPool {
     fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
+        let _ = super::bind(&self.ctx);
         for list in &self.idle {
             for raw in list.lock().drain(..) {
                 // SAFETY: idle events are owned by the pool alone; destroying a pending event
@@ -117,7 +118,7 @@ impl Drop for CudaEvent {
 
 impl BackendEvent for CudaEvent {
     fn query(&self) -> bool {
-        let _ = self.pool.ctx.bind_to_thread();
+        let _ = super::bind(&self.pool.ctx);
         // SAFETY: the event is live (we hold it).
         // Only success counts as done: after an error (a faulted context) the allocator must
         // keep the block, and waiters fall through to `wait`/`synchronize`, which report it.
@@ -128,10 +129,7 @@ impl BackendEvent for CudaEvent {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.pool
-            .ctx
-            .bind_to_thread()
-            .map_err(|e| driver_err(self.pool.device(), e))?;
+        super::bind(&self.pool.ctx).map_err(|e| driver_err(self.pool.device(), e))?;
         // SAFETY: the event is live (we hold it).
         unsafe { result::event::synchronize(self.raw.0) }
             .map_err(|e| driver_err(self.pool.device(), e))

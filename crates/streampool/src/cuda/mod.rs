@@ -5,7 +5,8 @@
 //! |-----------|---------------------------------------------------------------------------|
 //! | device    | the GPU's primary context ([`CudaDevice`])                                |
 //! | stream    | a non-blocking `CUstream` per pool slot, created lazily ([`stream`])      |
-//! | event     | a pooled `CUevent`, untimed unless timing is asked ([`event`])            |
+//! | event     | a `CUevent` recycled by its stream, untimed unless asked ([`event`])      |
+//! | copies    | small ones staged through pinned buffers of the stream ([`staging`])      |
 //! | memory    | plain `cuMemAlloc` / `cuMemFree` under the caching allocator               |
 //! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`kernels`])             |
 //! | matmul    | cuBLAS, one handle and workspace per stream ([`blas`])                    |
@@ -26,6 +27,7 @@
 pub(crate) mod blas;
 pub(crate) mod event;
 pub(crate) mod kernels;
+pub(crate) mod staging;
 pub(crate) mod stream;
 
 use std::any::Any;
@@ -44,7 +46,9 @@ use crate::{Device, DeviceConfig, DeviceKind, Error, KernelCache, Result};
 pub(crate) struct Shared {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) name: String,
-    pub(crate) events: Arc<event::EventPool>,
+    /// Whether small host<->device copies are staged through pinned buffers (default on;
+    /// `STREAMPOOL_CUDA_STAGING=0` turns it off, to compare).
+    pub(crate) staging: bool,
     /// NVRTC modules, built once per device and shared by every stream and thread.
     pub(crate) kernels: KernelCache<&'static str, kernels::Module>,
 }
@@ -72,6 +76,18 @@ pub(crate) fn driver_err(device: &str, e: DriverError) -> Error {
     Error::Backend {
         device: device.to_string(),
         msg: name,
+    }
+}
+
+/// Makes `ctx` current on the calling thread, if it is not already. Unlike
+/// `CudaContext::bind_to_thread`, this does not also swap cudarc's shared error word on every
+/// call (an atomic write to one cache line from every thread, many times per op); every
+/// driver error we meet is returned directly, so that word stays unused.
+pub(crate) fn bind(ctx: &CudaContext) -> std::result::Result<(), DriverError> {
+    match result::ctx::get_current()? {
+        Some(current) if current == ctx.cu_ctx() => Ok(()),
+        // SAFETY: the context is alive (we hold it) and may be current on any thread.
+        _ => unsafe { result::ctx::set_current(ctx.cu_ctx()) },
     }
 }
 
@@ -106,7 +122,7 @@ impl CudaDevice {
         let name = format!("cuda:{ordinal} ({gpu})");
         Ok(Self {
             shared: Arc::new(Shared {
-                events: Arc::new(event::EventPool::new(ctx.clone(), name.clone())),
+                staging: std::env::var("STREAMPOOL_CUDA_STAGING").map_or(true, |v| v != "0"),
                 ctx,
                 name,
                 kernels: KernelCache::new(),
@@ -115,10 +131,7 @@ impl CudaDevice {
     }
 
     fn bind(&self) -> Result<()> {
-        self.shared
-            .ctx
-            .bind_to_thread()
-            .map_err(|e| driver_err(&self.shared.name, e))
+        bind(&self.shared.ctx).map_err(|e| driver_err(&self.shared.name, e))
     }
 }
 

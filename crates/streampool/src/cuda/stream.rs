@@ -4,8 +4,9 @@ use cudarc::driver::sys::{CUevent_wait_flags, CUstream};
 use cudarc::driver::{result, CudaStream as RawStream};
 
 use super::blas::Blas;
-use super::event::CudaEvent;
+use super::event::{CudaEvent, EventPool};
 use super::kernels::{Launcher, Module};
+use super::staging::Staging;
 use super::{driver_err, Shared};
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
 use crate::kernel::Kernel;
@@ -21,15 +22,19 @@ pub(crate) struct CudaStream {
     module: std::sync::OnceLock<Arc<Module>>,
     /// The stream's cuBLAS handle; see `blas.rs` for why one per stream and why the lock.
     blas: Mutex<Option<Blas>>,
+    events: Arc<EventPool>,
+    staging: Staging,
 }
 
 impl CudaStream {
     pub(crate) fn new(raw: Arc<RawStream>, shared: Arc<Shared>) -> Self {
         Self {
-            raw,
-            shared,
             module: std::sync::OnceLock::new(),
             blas: Mutex::new(None),
+            events: Arc::new(EventPool::new(shared.ctx.clone(), shared.name.clone())),
+            staging: Staging::new(shared.name.clone(), shared.staging),
+            raw,
+            shared,
         }
     }
 
@@ -44,10 +49,7 @@ impl CudaStream {
     /// Makes this device's context current on the calling thread (a thread-local read when
     /// it already is): driver calls that allocate or load need it, and any thread may call.
     fn bind(&self) -> Result<()> {
-        self.shared
-            .ctx
-            .bind_to_thread()
-            .map_err(|e| driver_err(self.device(), e))
+        super::bind(&self.shared.ctx).map_err(|e| driver_err(self.device(), e))
     }
 
     fn module(&self) -> Result<&Arc<Module>> {
@@ -65,7 +67,7 @@ impl CudaStream {
 impl BackendStream for CudaStream {
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         self.bind()?;
-        Ok(Arc::new(self.shared.events.record(self.cu(), timing)?))
+        Ok(Arc::new(self.events.record(self.cu(), timing)?))
     }
 
     fn wait(&self, event: &Arc<dyn BackendEvent>) -> Result<()> {
@@ -112,6 +114,29 @@ impl BackendStream for CudaStream {
             return Ok(());
         }
         self.bind()?;
+        if let Some(mut buf) = self.staging.take(src.len())? {
+            // SAFETY: the buffer holds at least `src.len()` bytes and no copy uses it (`take`
+            // only hands out buffers whose last copy has completed).
+            let pinned = unsafe { buf.bytes(src.len()) };
+            pinned.copy_from_slice(&src);
+            // SAFETY: `dst` is valid for `src.len()` bytes (caller); the pinned source stays
+            // allocated and untouched until the event recorded after the copy completes.
+            let queued = unsafe { result::memcpy_htod_async(dst.0, pinned, self.cu()) }
+                .map_err(|e| driver_err(self.device(), e))
+                .and_then(|()| self.events.record(self.cu(), false));
+            return match queued {
+                Ok(done) => {
+                    buf.set_busy(done);
+                    self.staging.give_back(buf);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Whether the copy was queued is unknown: never reuse the buffer.
+                    self.staging.leak(buf);
+                    Err(e)
+                }
+            };
+        }
         // SAFETY: `dst` is valid for `src.len()` bytes (caller). `src` is pageable memory, and
         // for a host-to-device `cuMemcpyHtoDAsync` from pageable memory the driver copies the
         // buffer to staging memory before returning ("API synchronization behavior",
@@ -127,12 +152,33 @@ impl BackendStream for CudaStream {
             return Ok(());
         }
         self.bind()?;
+        if let Some(mut buf) = self.staging.take(dst.len())? {
+            // SAFETY: the buffer holds at least `dst.len()` bytes and no copy uses it.
+            let pinned = unsafe { buf.bytes(dst.len()) };
+            // SAFETY: `src` is valid for `dst.len()` bytes (caller); the pinned buffer is read
+            // only after the event below has completed.
+            let copied = unsafe { result::memcpy_dtoh_async(pinned, src.0, self.cu()) }
+                .map_err(|e| driver_err(self.device(), e))
+                .and_then(|()| self.events.record(self.cu(), false))
+                .and_then(|done| done.synchronize());
+            return match copied {
+                Ok(()) => {
+                    dst.copy_from_slice(pinned);
+                    self.staging.give_back(buf);
+                    Ok(())
+                }
+                Err(e) => {
+                    self.staging.leak(buf);
+                    Err(e)
+                }
+            };
+        }
         // SAFETY: `src` is valid for `dst.len()` bytes (caller); `dst` stays borrowed until the
         // event below has completed, after which the copy is done.
         unsafe { result::memcpy_dtoh_async(dst, src.0, self.cu()) }
             .map_err(|e| driver_err(self.device(), e))?;
         // Wait for the copy only (not for work other threads queue on this stream later).
-        let done = self.shared.events.record(self.cu(), false)?;
+        let done = self.events.record(self.cu(), false)?;
         done.synchronize()
     }
 }
