@@ -433,6 +433,30 @@ fn matmul_narrowed_and_permuted_operands() {
         &st.matmul(&u).unwrap(),
         &sr.transpose(0, 1).matmul(&ur),
     );
+    // 1x1 matrices whose strides are both not 1: contiguous (extent-1 dims may have any
+    // stride), so they are not copied, and still valid operands.
+    let (o, or) = randn(&mut rng, &[2, 3, 2]);
+    let ov = o
+        .transpose(0, 2)
+        .unwrap()
+        .narrow(1, 1, 1)
+        .unwrap()
+        .narrow(2, 1, 1)
+        .unwrap();
+    let ovr = or.transpose(0, 2).narrow(1, 1, 1).narrow(2, 1, 1); // [2, 1, 1]
+    assert!(ov.is_contiguous());
+    let (p1, p1r) = randn(&mut rng, &[2, 1, 3]);
+    check_mm(
+        "1x1 odd strides lhs",
+        &ov.matmul(&p1).unwrap(),
+        &ovr.matmul(&p1r),
+    );
+    let (p2, p2r) = randn(&mut rng, &[2, 4, 1]);
+    check_mm(
+        "1x1 odd strides rhs",
+        &p2.matmul(&ov).unwrap(),
+        &p2r.matmul(&ovr),
+    );
     // Neither matrix stride is 1 (both swapped away from the last axis).
     let (v, vr) = randn(&mut rng, &[4, 3, 5]);
     let vt = v.transpose(0, 2).unwrap(); // [5, 3, 4], strides [1, 5, 15]

@@ -581,7 +581,11 @@ fn mat_operand(t: &Tensor) -> Result<(Tensor, MatOperand)> {
     let fits = |t: &Tensor| {
         let l = t.layout();
         let r = l.shape.len();
-        let (rs, cs) = (l.strides[r - 2], l.strides[r - 1]);
+        // An extent-1 dim's stride never addresses anything, and a contiguous layout may
+        // carry any value there (e.g. a [1, 1] narrow of a transposed view); 1 keeps the
+        // operand's unit-stride contract.
+        let unit_if_single = |d: usize| if l.shape[d] == 1 { 1 } else { l.strides[d] };
+        let (rs, cs) = (unit_if_single(r - 2), unit_if_single(r - 1));
         let unit = cs == 1 || rs == 1;
         // Batch dims collapse if each (non-trivial) dim's stride is the next one's extent times stride.
         let mut collapse = true;
@@ -612,7 +616,8 @@ fn mat_operand(t: &Tensor) -> Result<(Tensor, MatOperand)> {
     } else {
         t.contiguous()?
     };
-    // A contiguous tensor always fits.
+    // A non-empty contiguous tensor always fits: its last stride is 1 unless that extent is
+    // 1 (then read as 1), and its batch strides are products of the inner extents.
     let (batch_stride, rs, cs) = fits(&t).expect("contiguous operand fits");
     let op = MatOperand {
         ptr: t.ptr(),
