@@ -151,6 +151,8 @@ impl Launcher<'_> {
     /// As [`crate::backend::BackendStream::launch`].
     pub(crate) unsafe fn launch(&self, kernel: Kernel) -> Result<()> {
         let m = self.module;
+        // SAFETY (every `go` below): each argument list matches its kernel's parameter list in
+        // `kernels.cu` (same order, same widths), and the pointers are valid per the caller.
         match kernel {
             Kernel::Fill { out, len, value } => {
                 if len == 0 {
