@@ -6,7 +6,7 @@
 //! | device    | the GPU's primary context ([`CudaDevice`])                                |
 //! | stream    | a non-blocking `CUstream` per pool slot, created lazily ([`stream`])      |
 //! | event     | a `CUevent` recycled by its stream, untimed unless asked ([`event`])      |
-//! | copies    | small ones staged through pinned buffers of the stream ([`staging`])      |
+//! | copies    | small device-to-host ones staged through pinned buffers ([`staging`])     |
 //! | memory    | plain `cuMemAlloc` / `cuMemFree` under the caching allocator               |
 //! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`kernels`])             |
 //! | matmul    | cuBLAS, one handle and workspace per stream ([`blas`])                    |
@@ -46,7 +46,7 @@ use crate::{Device, DeviceConfig, DeviceKind, Error, KernelCache, Result};
 pub(crate) struct Shared {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) name: String,
-    /// Whether small host<->device copies are staged through pinned buffers (default on;
+    /// Whether small device-to-host copies are staged through pinned buffers (default on;
     /// `STREAMPOOL_CUDA_STAGING=0` turns it off, to compare).
     pub(crate) staging: bool,
     /// NVRTC modules, built once per device and shared by every stream and thread.

@@ -114,29 +114,9 @@ impl BackendStream for CudaStream {
             return Ok(());
         }
         self.bind()?;
-        if let Some(mut buf) = self.staging.take(src.len())? {
-            // SAFETY: the buffer holds at least `src.len()` bytes and no copy uses it (`take`
-            // only hands out buffers whose last copy has completed).
-            let pinned = unsafe { buf.bytes(src.len()) };
-            pinned.copy_from_slice(&src);
-            // SAFETY: `dst` is valid for `src.len()` bytes (caller); the pinned source stays
-            // allocated and untouched until the event recorded after the copy completes.
-            let queued = unsafe { result::memcpy_htod_async(dst.0, pinned, self.cu()) }
-                .map_err(|e| driver_err(self.device(), e))
-                .and_then(|()| self.events.record(self.cu(), false));
-            return match queued {
-                Ok(done) => {
-                    buf.set_busy(done);
-                    self.staging.give_back(buf);
-                    Ok(())
-                }
-                Err(e) => {
-                    // Whether the copy was queued is unknown: never reuse the buffer.
-                    self.staging.leak(buf);
-                    Err(e)
-                }
-            };
-        }
+        // Pageable on purpose: staging host-to-device copies through pinned buffers cost an
+        // extra host copy and an event per copy, and measured slower from 1 and 8 threads
+        // (bench/results/cuda-2026-11-23/run2/profile.log, `from_vec`).
         // SAFETY: `dst` is valid for `src.len()` bytes (caller). `src` is pageable memory, and
         // for a host-to-device `cuMemcpyHtoDAsync` from pageable memory the driver copies the
         // buffer to staging memory before returning ("API synchronization behavior",
