@@ -1,17 +1,16 @@
 //! A CPU stream: a worker thread draining an in-order job queue.
 
 use std::any::Any;
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use crossbeam_channel::{Receiver, Sender};
 
 use super::kernels;
 use super::progress::Progress;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
 use crate::kernel::Kernel;
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, Condvar, Mutex};
 use crate::{Error, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -24,40 +23,58 @@ pub(crate) struct StreamShared {
     fault: Mutex<Option<String>>,
 }
 
+/// Jobs handed from submitting threads to the worker.
+#[derive(Default)]
 struct Queue {
-    tx: Sender<Job>,
+    jobs: VecDeque<Job>,
+    /// Jobs ever queued: the sequence number of the newest one.
     submitted: u64,
+    /// The stream is shutting down: no new jobs; the worker exits once `jobs` is empty.
+    closed: bool,
+    /// The worker is parked on `JobQueue::ready` (so a submitter must wake it).
+    idle: bool,
+}
+
+/// The hand-off between submitters and the worker. A plain mutex and condition variable
+/// from the `sync` shim rather than a channel, so the whole hand-off is visible to loom and
+/// ThreadSanitizer (crossbeam-channel parks through `std::sync::Mutex`, which TSan cannot
+/// see here, and reported false races on every blocking `recv`).
+#[derive(Default)]
+struct JobQueue {
+    /// Held only to push or take jobs and to number them (never while a job runs), so the
+    /// sequence numbers events use match the order in which the worker runs jobs.
+    state: Mutex<Queue>,
+    /// Signalled when a job arrives for an idle worker, or the stream closes.
+    ready: Condvar,
 }
 
 /// A stream of the CPU backend. Jobs run in submission order on one worker thread; the
 /// submitting thread returns as soon as the job is queued.
 pub(crate) struct CpuStream {
     name: String,
-    /// Held only to number a job and push it onto the unbounded channel (never blocks), so the
-    /// sequence numbers that events use match the order in which the worker runs jobs.
-    queue: Mutex<Option<Queue>>,
+    queue: Arc<JobQueue>,
     shared: Arc<StreamShared>,
     worker: Option<JoinHandle<()>>,
 }
 
 impl CpuStream {
     pub(crate) fn new(name: String) -> Result<Self> {
-        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let queue = Arc::new(JobQueue::default());
         let shared = Arc::new(StreamShared {
             progress: Progress::new(),
             fault: Mutex::new(None),
         });
-        let worker_shared = shared.clone();
+        let (worker_queue, worker_shared) = (queue.clone(), shared.clone());
         let worker = std::thread::Builder::new()
             .name(name.clone())
-            .spawn(move || worker_loop(rx, worker_shared))
+            .spawn(move || worker_loop(&worker_queue, &worker_shared))
             .map_err(|e| Error::Backend {
                 device: "cpu".into(),
                 msg: format!("spawning {name}: {e}"),
             })?;
         Ok(Self {
             name,
-            queue: Mutex::new(Some(Queue { tx, submitted: 0 })),
+            queue,
             shared,
             worker: Some(worker),
         })
@@ -65,15 +82,25 @@ impl CpuStream {
 
     /// Queues `job`; returns its sequence number (the event value that covers it).
     fn enqueue(&self, job: Job) -> Result<u64> {
-        let mut guard = self.queue.lock();
-        let queue = guard.as_mut().ok_or_else(|| self.closed())?;
-        queue.tx.send(job).map_err(|_| self.closed())?;
-        queue.submitted += 1;
-        Ok(queue.submitted)
+        let (seq, wake) = {
+            let mut q = self.queue.state.lock();
+            if q.closed {
+                return Err(self.closed());
+            }
+            q.jobs.push_back(job);
+            q.submitted += 1;
+            (q.submitted, std::mem::take(&mut q.idle))
+        };
+        if wake {
+            // After unlocking: the worker parked while holding the lock, so it is waiting
+            // by now and cannot miss this.
+            self.queue.ready.notify_all();
+        }
+        Ok(seq)
     }
 
     fn submitted(&self) -> u64 {
-        self.queue.lock().as_ref().map_or(0, |q| q.submitted)
+        self.queue.state.lock().submitted
     }
 
     fn closed(&self) -> Error {
@@ -94,26 +121,42 @@ impl CpuStream {
     }
 }
 
-fn worker_loop(rx: Receiver<Job>, shared: Arc<StreamShared>) {
-    while let Ok(job) = rx.recv() {
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(job)) {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "kernel panicked".into());
-            tracing::error!(%msg, "cpu stream job failed");
-            shared.fault.lock().get_or_insert(msg);
+fn worker_loop(queue: &JobQueue, shared: &StreamShared) {
+    // Jobs are taken in batches: one lock round-trip per batch, not per job.
+    let mut batch = VecDeque::new();
+    loop {
+        {
+            let mut q = queue.state.lock();
+            while q.jobs.is_empty() {
+                if q.closed {
+                    return;
+                }
+                q.idle = true;
+                q = queue.ready.wait(q);
+            }
+            std::mem::swap(&mut q.jobs, &mut batch);
         }
-        shared.progress.advance();
+        for job in batch.drain(..) {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(job)) {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "kernel panicked".into());
+                tracing::error!(%msg, "cpu stream job failed");
+                shared.fault.lock().get_or_insert(msg);
+            }
+            shared.progress.advance();
+        }
     }
 }
 
 impl Drop for CpuStream {
     fn drop(&mut self) {
-        // Closing the channel lets the worker finish what is queued and exit; joining keeps
-        // queued jobs from outliving the memory the device is about to release.
-        self.queue.lock().take();
+        // Closing lets the worker finish what is queued and exit; joining keeps queued jobs
+        // from outliving the memory the device is about to release.
+        self.queue.state.lock().closed = true;
+        self.queue.ready.notify_all();
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
