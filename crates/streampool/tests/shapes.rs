@@ -70,6 +70,19 @@ fn rand_tensor(shape: &[usize], seed: u64) -> (Tensor, Nd<f64>) {
     (Tensor::from_vec(data, shape, &Device::cpu()).unwrap(), r)
 }
 
+/// A random tensor of `shape`: for rank >= 2 a transposed view of storage with the first
+/// and last dims swapped, else a plain tensor.
+fn transposed_view(shape: &[usize], seed: u64) -> (Tensor, Nd<f64>) {
+    let r = shape.len();
+    if r < 2 {
+        return rand_tensor(shape, seed);
+    }
+    let mut stored = shape.to_vec();
+    stored.swap(0, r - 1);
+    let (x, xr) = rand_tensor(&stored, seed);
+    (x.transpose(0, r - 1).unwrap(), xr.transpose(0, r - 1))
+}
+
 fn is_shape_err<T>(r: &streampool::Result<T>) -> bool {
     matches!(r, Err(Error::Shape { .. }))
 }
@@ -122,16 +135,12 @@ proptest! {
 
     #[test]
     fn add_broadcasts_transposed_operands((a, b) in compatible_pair(), seed in any::<u64>()) {
-        // The same pair, with each operand reversed in storage and transposed back as a view.
-        prop_assume!(a.len() >= 2);
-        let r = a.len();
-        let mut stored = a.clone();
-        stored.swap(0, r - 1);
-        let (x, xr) = rand_tensor(&stored, seed);
-        let (y, yr) = rand_tensor(&b, seed ^ 2);
-        let xv = x.transpose(0, r - 1).unwrap();
-        let got = xv.sub(&y).unwrap();
-        let want = xr.transpose(0, r - 1).zip(&yr, |p, q| p - q);
+        // The same pair, with each operand of rank >= 2 stored with its outer and inner dims
+        // swapped and read through a transposed view.
+        let (x, xr) = transposed_view(&a, seed);
+        let (y, yr) = transposed_view(&b, seed ^ 2);
+        let got = x.sub(&y).unwrap();
+        let want = xr.zip(&yr, |p, q| p - q);
         assert_close("sub", got.dims(), &got.to_vec::<f32>().unwrap(), &want);
     }
 
@@ -206,6 +215,45 @@ proptest! {
         prop_assert_eq!(back.layout(), x.layout());
         prop_assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
         prop_assert!(is_shape_err(&x.transpose(s.len(), d0)));
+    }
+
+    #[test]
+    fn matmul_of_random_views_matches_the_reference(
+        base in prop::collection::vec(dim(), 2..=4),
+        swaps in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>()), 0..3),
+        cut in (any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<prop::sample::Index>()),
+        n in dim(), shared_rhs in any::<bool>(), rhs_t in any::<bool>(), seed in any::<u64>()
+    ) {
+        // The left operand: a random tensor seen through random transposes and a narrow, so
+        // every stride pattern mat_operand must accept (or copy) turns up.
+        let (x, xr) = rand_tensor(&base, seed);
+        let (mut a, mut ar) = (x, xr);
+        let r = base.len();
+        for (i, j) in swaps {
+            let (d0, d1) = (i.index(r), j.index(r));
+            a = a.transpose(d0, d1).unwrap();
+            ar = ar.transpose(d0, d1);
+        }
+        let axis = cut.0.index(r);
+        let extent = a.dims()[axis];
+        let start = cut.1.index(extent);
+        let len = 1 + cut.2.index(extent - start);
+        let a = a.narrow(axis, start, len).unwrap();
+        let ar = ar.narrow(axis, start, len);
+        let dims = a.dims().to_vec();
+        let k = dims[r - 1];
+        // The right operand: [batch.., k, n] or a shared [k, n], optionally a transposed view.
+        let mut sb = if shared_rhs { vec![] } else { dims[..r - 2].to_vec() };
+        if rhs_t { sb.extend([n, k]) } else { sb.extend([k, n]) }
+        let (b, br) = rand_tensor(&sb, seed ^ 4);
+        let (b, br) = if rhs_t {
+            let rb = sb.len();
+            (b.t().unwrap(), br.transpose(rb - 2, rb - 1))
+        } else {
+            (b, br)
+        };
+        let c = a.matmul(&b).unwrap();
+        assert_norm_close("matmul views", c.dims(), &c.to_vec::<f32>().unwrap(), &ar.matmul(&br));
     }
 
     #[test]
