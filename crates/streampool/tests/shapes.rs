@@ -218,6 +218,46 @@ proptest! {
     }
 
     #[test]
+    fn ops_on_random_views_match_the_reference(
+        base in prop::collection::vec(dim(), 1..=4),
+        swaps in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>()), 0..3),
+        cut in (any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<prop::sample::Index>()),
+        axis in any::<prop::sample::Index>(), keepdim in any::<bool>(), seed in any::<u64>()
+    ) {
+        let (mut x, mut xr) = rand_tensor(&base, seed);
+        let r = base.len();
+        for (i, j) in swaps {
+            let (d0, d1) = (i.index(r), j.index(r));
+            x = x.transpose(d0, d1).unwrap();
+            xr = xr.transpose(d0, d1);
+        }
+        let ax = cut.0.index(r);
+        let extent = x.dims()[ax];
+        let start = cut.1.index(extent);
+        let len = 1 + cut.2.index(extent - start);
+        let (x, xr) = (x.narrow(ax, start, len).unwrap(), xr.narrow(ax, start, len));
+        let read = |t: &Tensor| t.to_vec::<f32>().unwrap();
+        let c = x.contiguous().unwrap();
+        prop_assert!(c.is_contiguous());
+        assert_close("contiguous", c.dims(), &read(&c), &xr);
+        let axis = axis.index(r);
+        let s = x.sum(axis, keepdim).unwrap();
+        assert_close("sum", s.dims(), &read(&s), &xr.reduce(axis, keepdim, |v| v.iter().sum()));
+        let m = x.max(axis, keepdim).unwrap();
+        let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert_close("max", m.dims(), &read(&m), &xr.reduce(axis, keepdim, max));
+        let e = x.exp().unwrap();
+        assert_close("exp", e.dims(), &read(&e), &xr.map(f64::exp));
+        let sm = x.softmax().unwrap();
+        let softmax = |row: &[f64]| {
+            let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = row.iter().map(|v| (v - mx).exp()).sum();
+            row.iter().map(|v| (v - mx).exp() / z).collect()
+        };
+        assert_close("softmax", sm.dims(), &read(&sm), &xr.map_rows(softmax));
+    }
+
+    #[test]
     fn matmul_of_random_views_matches_the_reference(
         base in prop::collection::vec(dim(), 2..=4),
         swaps in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>()), 0..3),
