@@ -31,8 +31,9 @@ pub struct BatchConfig {
     pub workers: usize,
     /// Sequence-length buckets for variable-length inputs, e.g. `[16, 32, 64, 128]`. Empty:
     /// no bucketing, any inputs may share a batch. Otherwise each request goes to the smallest
-    /// bucket `>= `[`BatchModel::input_len`](crate::BatchModel::input_len), a batch holds
-    /// requests of one bucket only, and the model pads them to that bucket's length.
+    /// bucket at least its [`BatchModel::input_len`](crate::BatchModel::input_len) (longer
+    /// inputs are refused at submit with [`BatchError::InputTooLong`]), a batch holds requests
+    /// of one bucket only, and the model pads them to that bucket's length.
     pub buckets: Vec<usize>,
 }
 

@@ -5,9 +5,10 @@
 //! exactly the requests answered with an output.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p streampool-batch --lib loom`.
-//! Timed waits time out at once under loom (see `streampool::sync::Condvar::wait_timeout`):
-//! the batch window closes immediately and a caller with a deadline gives up as soon as it
-//! waits on a request no worker has claimed yet; both are legal schedules of the real code.
+//! A timed wait under loom releases its lock, lets other threads run, and then times out (see
+//! `streampool::sync::Condvar::wait_timeout`): the batch window closes after one round of
+//! other threads, and a caller with a deadline gives up after one round unless a worker
+//! claimed its request meanwhile; both are legal schedules of the real code.
 
 use std::sync::Mutex as StdMutex;
 use std::time::{Duration, Instant};

@@ -7,11 +7,10 @@
 //! batches.
 //!
 //! **Timed waits and loom.** Waiting for a first request is an untimed condvar wait. Only
-//! the fill window is timed, through [`Condvar::wait_timeout`]; under `--cfg loom` that call
-//! times out at once with the lock still held (loom has no clock), so in the model the window
-//! closes at once and a batch is whatever matching requests were waiting. That is one legal
-//! schedule of the real code (the window expiring before anyone else got the lock); the
-//! requests a longer window would have added are taken by the same loop body.
+//! the fill window is timed, through `Condvar::wait_timeout`; under `--cfg loom` that call
+//! releases the lock, lets other threads run and then reports a timeout (loom has no clock),
+//! so in the model every window ends after one round of other threads' pushes. The real
+//! code's other outcome, a notification before the time is up, re-runs the same loop body.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -108,7 +107,7 @@ impl<T> RequestQueue<T> {
             if left.is_zero() {
                 break;
             }
-            let (guard, timed_out) = self.changed.wait_timeout(st, left);
+            let (guard, timed_out) = self.changed.wait_timeout(&self.state, st, left);
             st = guard;
             if timed_out {
                 take_matching(&mut st.items, &mut batch, max, k, &key);

@@ -162,10 +162,11 @@ impl<O> Handle<O> {
             match (&st.phase, self.deadline) {
                 (Phase::Pending, Some(deadline)) => {
                     let left = deadline.saturating_duration_since(Instant::now());
-                    let (guard, timed_out) = self.slot.answered.wait_timeout(st, left);
+                    let (guard, timed_out) =
+                        self.slot.answered.wait_timeout(&self.slot.state, st, left);
                     st = guard;
                     // `timed_out` is trusted as "the deadline passed" instead of re-reading the
-                    // clock, so the loom model (where a timed wait times out at once) ends.
+                    // clock: under loom a timed wait always times out, with no clock moving.
                     if timed_out && matches!(st.phase, Phase::Pending) {
                         st.phase = Phase::Taken;
                         return Err(BatchError::DeadlineExceeded);
@@ -186,7 +187,7 @@ impl<O> Handle<O> {
                 return true;
             }
             let left = end.saturating_duration_since(Instant::now());
-            let (guard, timed_out) = self.slot.answered.wait_timeout(st, left);
+            let (guard, timed_out) = self.slot.answered.wait_timeout(&self.slot.state, st, left);
             st = guard;
             if timed_out {
                 return matches!(st.phase, Phase::Answered(_) | Phase::Taken);

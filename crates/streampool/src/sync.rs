@@ -40,18 +40,21 @@ mod imp {
             // See `Mutex::lock`: poisoning only follows a model panic.
             self.0.wait(guard).unwrap()
         }
-        /// Under loom a timed wait is modelled as timing out at once, the lock still held:
-        /// loom has no clock (its own `wait_timeout` never times out, which would deadlock
-        /// code that relies on the timeout). An immediate timeout is one legal outcome of a
-        /// real timed wait, so callers must treat `true` as "the time is up", not re-read a
-        /// clock; what a notification during the wait would have done, they redo on their
-        /// next untimed wait or pass.
+        /// Under loom a timed wait releases the lock, relocks (a scheduling point, where any
+        /// other thread may run first) and reports a timeout: loom has no clock, and its own
+        /// `wait_timeout` never times out, which would deadlock code that relies on the
+        /// timeout. That is one legal outcome of a real timed wait (time ran out while others
+        /// ran); callers must treat `true` as "the time is up" rather than re-read a clock.
+        /// This is why `mutex` is passed. (No `yield_now` between: at preemption bound 5 it
+        /// tripped loom's own "expected to be able to acquire lock" assertion.)
         pub fn wait_timeout<'a, T>(
             &self,
+            mutex: &'a Mutex<T>,
             guard: MutexGuard<'a, T>,
             _timeout: std::time::Duration,
         ) -> (MutexGuard<'a, T>, bool) {
-            (guard, true)
+            drop(guard);
+            (mutex.lock(), true)
         }
         pub fn notify_all(&self) {
             self.0.notify_all();
@@ -90,9 +93,11 @@ mod imp {
             self.0.wait(&mut guard);
             guard
         }
-        /// Waits for a notification or until `timeout` has passed; `true` means it timed out.
+        /// Waits for a notification or until `timeout` has passed, releasing `guard` (a guard
+        /// of `mutex`, which only the loom build needs) meanwhile; `true` means it timed out.
         pub fn wait_timeout<'a, T>(
             &self,
+            _mutex: &'a Mutex<T>,
             mut guard: MutexGuard<'a, T>,
             timeout: std::time::Duration,
         ) -> (MutexGuard<'a, T>, bool) {
