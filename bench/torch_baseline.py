@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""PyTorch side of `streampool bench`: the same workloads and scenarios, the same JSON fields.
+
+Workloads and scenarios (system="pytorch"):
+  mlp        256-1024-GELU-256, fp32 eager, TF32 off, same shapes as ours (weights differ:
+             random; the work per call is the same).
+             threading: N Python threads, each on its own CUDA stream, each call uploads one
+             host row, runs the MLP and reads the result back (`.cpu()`), as ours does.
+             ceiling:   one thread, pre-formed batches of B rows (upload, forward, read back):
+             PyTorch's batched run.
+  minilm32, minilm128   sentence-transformers (all-MiniLM-L6-v2 from --minilm, loaded with
+             model_kwargs={"dtype": torch.float32} so fp16 files are upcast, as ours does),
+             sentences of exactly 32/128 tokens built by the same formula as ours.
+             ceiling:   `model.encode(sentences, batch_size=B)` with B sentences per call, one
+             thread; B=1 is "one sentence at a time", the best of B>=32 is "its best batch size".
+             threading: N threads, each on its own CUDA stream, each encoding one sentence.
+             A call that raises (the fast tokenizer is not thread-safe: "Already borrowed")
+             is counted in `errors` and not in the throughput.
+
+Every point: warm-up, then a fixed window; throughput in rows (MLP rows or sentences) per
+second, latency per call in ms (p50/p90/p99, nearest rank).
+
+Usage (on the GPU machine, after ours, in the same call):
+  python3 bench/torch_baseline.py --device cuda --minilm .dev/minilm-fp16 --out $OUT
+  (CPU smoke test: --device cpu --quick)
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+import threading
+import time
+
+import torch
+
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "in", "park", "with",
+         "big", "red", "ball", "today"]
+INPUT_POOL = 512
+MLP_IN, MLP_HIDDEN = 256, 1024
+THREAD_STRIDE = 7919
+
+
+def sentence(i, seq):
+    """Sentence i of exactly `seq` tokens ([CLS] + seq-2 one-token words + [SEP]); the same
+    formula as crates/streampool-cli/src/commands/bench/workloads.rs."""
+    return " ".join(WORDS[(i * 7 + k * 3 + (i // 16) * k) % len(WORDS)] for k in range(seq - 2))
+
+
+def percentiles(samples_ns):
+    if not samples_ns:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0}
+    v = sorted(samples_ns)
+
+    def at(p):
+        rank = math.ceil(p / 100 * len(v))
+        return v[min(max(rank, 1), len(v)) - 1] / 1e6
+
+    return {"p50": at(50), "p90": at(90), "p99": at(99)}
+
+
+def closed_loop(threads, warm, window, make_call):
+    """make_call(thread) -> call(i). Same counting rule as ours: a call counts when it starts
+    after the warm-up and is not the thread's first; a thread stops at the first call start
+    past the window once it has a counted call."""
+    start = time.perf_counter()
+    warm_end, deadline = start + warm, start + warm + window
+    lats = [[] for _ in range(threads)]
+    last = [deadline] * threads
+    errors = [0] * threads
+    failure = []
+
+    def worker(t):
+        try:
+            call = make_call(t)
+            i = 0
+            while True:
+                s = time.perf_counter()
+                if s >= deadline and (lats[t] or s >= deadline + 5):
+                    break
+                try:
+                    call(i)
+                except RuntimeError as e:  # e.g. "Already borrowed" from a shared tokenizer
+                    errors[t] += 1
+                    if errors[t] == 1 and t == 0:
+                        print(f"    note: a call raised: {e}", file=sys.stderr)
+                    i += 1
+                    continue
+                e = time.perf_counter()
+                if s >= warm_end and i > 0:
+                    lats[t].append(int((e - s) * 1e9))
+                    last[t] = max(last[t], e)
+                i += 1
+        except Exception as e:  # surfaced after join
+            failure.append(e)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if failure:
+        raise failure[0]
+    allv = [x for l in lats for x in l]
+    secs = max(last) - warm_end
+    return len(allv), secs, percentiles(allv), sum(errors)
+
+
+def record(dev_name, workload, scenario, rows, calls, secs, lat, **extra):
+    r = {
+        "system": "pytorch", "device": dev_name, "workload": workload, "scenario": scenario,
+        "batch": rows, "throughput_per_s": calls * rows / secs if secs > 0 else 0.0,
+        "calls_per_s": calls / secs if secs > 0 else 0.0, "latency_ms": lat, "calls": calls,
+        "seconds": secs,
+    }
+    r.update({k: v for k, v in extra.items() if v is not None})
+    return r
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--workloads", default="mlp,minilm32,minilm128")
+    p.add_argument("--threads", default=None, help="default: cuda 1,2,4,8,16,32,64; cpu 1,2,4")
+    p.add_argument("--mlp-batches", default=None, help="default: cuda 1,16,64; cpu 1,8")
+    p.add_argument("--st-batches", default=None, help="default: cuda 1,32,64,128,256,512; cpu 1,8,32")
+    p.add_argument("--seconds", type=float, default=None, help="default: cuda 1.5, cpu 0.5")
+    p.add_argument("--minilm", default=None, help="sentence-transformers model folder")
+    p.add_argument("--out", default="bench/results/latest")
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+
+    gpu = a.device.startswith("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    dev = torch.device(a.device)
+    dev_name = f"{a.device} ({torch.cuda.get_device_name(dev)})" if gpu else "cpu"
+    pick = lambda given, cuda, cpu: [int(x) for x in (given or (cuda if gpu else cpu)).split(",")]
+    threads = pick(a.threads, "1,8,64" if a.quick else "1,2,4,8,16,32,64", "1,2" if a.quick else "1,2,4")
+    mlp_batches = pick(a.mlp_batches, "1,16,64", "1,8")
+    st_batches = pick(a.st_batches, "1,32,64,128,256,512", "1,8" if a.quick else "1,8,32")
+    seconds = a.seconds or ((0.5 if a.quick else 1.5) if gpu else (0.2 if a.quick else 0.5))
+    warm = max(0.2 * seconds, 0.15)
+    workloads = a.workloads.split(",")
+    results = []
+    sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
+
+    def log(r):
+        who = f"{r.get('threads', 1)} threads"
+        print(f"  {r['workload']} {r['scenario']} {who} batch {r['batch']}: "
+              f"{r['throughput_per_s']:.0f} rows/s, p50 {r['latency_ms']['p50']:.3f} ms, "
+              f"p99 {r['latency_ms']['p99']:.3f} ms"
+              + (f", {r['errors']} errors" if r.get("errors") else ""), file=sys.stderr, flush=True)
+        results.append(r)
+
+    print(f"torch_baseline: torch {torch.__version__} on {dev_name}, {seconds} s per point",
+          flush=True)
+
+    if "mlp" in workloads:
+        g = torch.Generator().manual_seed(0)
+        w1 = (torch.rand(MLP_IN, MLP_HIDDEN, generator=g) * 2 - 1) / 16
+        b1 = torch.rand(MLP_HIDDEN, generator=g) * 0.2 - 0.1
+        w2 = (torch.rand(MLP_HIDDEN, MLP_IN, generator=g) * 2 - 1) / 32
+        b2 = torch.rand(MLP_IN, generator=g) * 0.2 - 0.1
+        w1, b1, w2, b2 = (t.to(dev).contiguous() for t in (w1, b1, w2, b2))
+        host = torch.rand(INPUT_POOL, MLP_IN, generator=g) * 2 - 1
+
+        def forward(x):
+            return torch.nn.functional.gelu(x @ w1 + b1) @ w2 + b2
+
+        def mlp_call(rows, first):
+            idx = [(first + r) % INPUT_POOL for r in range(rows)]
+            x = host[idx].to(dev)
+            return forward(x).cpu()
+
+        with torch.no_grad():
+            for b in mlp_batches:
+                n, secs, lat, err = closed_loop(1, warm, seconds, lambda t, b=b: (lambda i: mlp_call(b, i * b)))
+                log(record(dev_name, "mlp", "ceiling", b, n, secs, lat, threads=1, errors=err or None))
+            for t in threads:
+                def make(th):
+                    stream = torch.cuda.Stream(device=dev) if gpu else None
+
+                    def call(i):
+                        torch.set_grad_enabled(False)  # grad mode is per thread
+                        if stream is None:
+                            return mlp_call(1, th * THREAD_STRIDE + i)
+                        with torch.cuda.stream(stream):
+                            return mlp_call(1, th * THREAD_STRIDE + i)
+                    return call
+                n, secs, lat, err = closed_loop(t, warm, seconds, make)
+                log(record(dev_name, "mlp", "threading", 1, n, secs, lat, threads=t, errors=err or None))
+        sync()
+
+    enc = [w for w in workloads if w.startswith("minilm")]
+    if enc:
+        from sentence_transformers import SentenceTransformer, __version__ as st_version
+        if not a.minilm:
+            sys.exit("--minilm DIR is needed for the minilm workloads")
+        try:
+            model = SentenceTransformer(a.minilm, device=str(dev), model_kwargs={"dtype": torch.float32})
+        except TypeError:  # transformers 4.x spells it torch_dtype
+            model = SentenceTransformer(a.minilm, device=str(dev), model_kwargs={"torch_dtype": torch.float32})
+        dtypes = {p.dtype for p in model.parameters()}
+        assert dtypes == {torch.float32}, f"weights not upcast to fp32: {dtypes}"
+        model.eval()
+        print(f"sentence-transformers {st_version}, model {a.minilm}, fp32", flush=True)
+        for w in enc:
+            seq = int(w[len("minilm"):])
+            sents = [sentence(i, seq) for i in range(INPUT_POOL)]
+            got = len(model.tokenizer(sents[0])["input_ids"])
+            assert got == seq, f"synthetic sentence tokenized to {got} tokens, expected {seq}"
+
+            def encode(rows, first):
+                batch = [sents[(first + r) % INPUT_POOL] for r in range(rows)]
+                return model.encode(batch, batch_size=rows, convert_to_numpy=True,
+                                    show_progress_bar=False)
+
+            for b in st_batches:
+                n, secs, lat, err = closed_loop(1, warm, seconds, lambda t, b=b: (lambda i: encode(b, i * b)))
+                log(record(dev_name, w, "ceiling", b, n, secs, lat, threads=1,
+                           model="all-MiniLM-L6-v2 (sentence-transformers)", errors=err or None))
+            for t in threads:
+                def make(th):
+                    stream = torch.cuda.Stream(device=dev) if gpu else None
+
+                    def call(i):
+                        if stream is None:
+                            return encode(1, th * THREAD_STRIDE + i)
+                        with torch.cuda.stream(stream):
+                            return encode(1, th * THREAD_STRIDE + i)
+                    return call
+                n, secs, lat, err = closed_loop(t, warm, seconds, make)
+                log(record(dev_name, w, "threading", 1, n, secs, lat, threads=t,
+                           model="all-MiniLM-L6-v2 (sentence-transformers)", errors=err or None))
+
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    if enc:
+        versions["sentence_transformers"] = st_version
+    report = {
+        "system": "pytorch", "device": dev_name,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join(sys.argv), "versions": versions, "results": results,
+    }
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "pytorch.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+//! Closed-loop timing: N threads each repeat a call for a fixed window after a warm-up.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use serde::Serialize;
+
+/// Latency percentiles in milliseconds (nearest rank).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+impl Latency {
+    /// Percentiles of `samples` (nanoseconds); all zero when there are none.
+    pub fn of(samples: &mut [u64]) -> Self {
+        if samples.is_empty() {
+            return Self::default();
+        }
+        samples.sort_unstable();
+        let at = |p: f64| {
+            let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+            samples[rank.clamp(1, samples.len()) - 1] as f64 / 1e6
+        };
+        Self {
+            p50: at(50.0),
+            p90: at(90.0),
+            p99: at(99.0),
+        }
+    }
+}
+
+/// What one closed-loop run measured.
+#[derive(Debug, Clone)]
+pub struct LoopResult {
+    /// Calls completed in the measured window (all threads).
+    pub calls: u64,
+    /// Seconds from the end of the warm-up to the last measured call's end (at least the
+    /// window).
+    pub seconds: f64,
+    /// Per-call latency percentiles.
+    pub latency: Latency,
+}
+
+impl LoopResult {
+    /// Calls per second.
+    pub fn calls_per_s(&self) -> f64 {
+        self.calls as f64 / self.seconds
+    }
+}
+
+/// The timing windows of one point.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// Warm-up before measuring (each thread's first call is never measured either).
+    pub warm: Duration,
+    /// The measured window.
+    pub measure: Duration,
+}
+
+/// Runs `call(thread, i)` (`i`: the thread's call count so far) in a loop on `threads`
+/// threads. A call counts when it starts after the warm-up and is not the thread's first;
+/// each thread stops at the first call start past the window once it has at least one
+/// counted call, so slow calls (a large batch on the CPU) still give a figure. The measured
+/// span runs from the end of the warm-up to the last counted call's end (at least the
+/// window). `on_warm_end` runs on the calling thread when the warm-up ends (e.g. to reset a
+/// queue's statistics).
+pub fn closed_loop<F>(
+    threads: usize,
+    window: Window,
+    on_warm_end: impl FnOnce(),
+    call: F,
+) -> Result<LoopResult>
+where
+    F: Fn(usize, usize) -> Result<()> + Sync,
+{
+    // One clock for all threads: spawning them takes well under the warm-up.
+    let start = Instant::now();
+    let warm_end = start + window.warm;
+    let deadline = warm_end + window.measure;
+    let call = &call;
+    let per_thread = std::thread::scope(|s| -> Result<Vec<(Instant, Vec<u64>)>> {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                s.spawn(move || -> Result<(Instant, Vec<u64>)> {
+                    let mut lat = Vec::new();
+                    let mut last_end = deadline;
+                    for i in 0usize.. {
+                        let t = Instant::now();
+                        if t >= deadline && !lat.is_empty() {
+                            break;
+                        }
+                        call(thread, i)?;
+                        let end = Instant::now();
+                        if t >= warm_end && i > 0 {
+                            lat.push(u64::try_from((end - t).as_nanos()).unwrap_or(u64::MAX));
+                            last_end = last_end.max(end);
+                        }
+                    }
+                    Ok((last_end, lat))
+                })
+            })
+            .collect();
+        std::thread::sleep(warm_end.saturating_duration_since(Instant::now()));
+        on_warm_end();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow!("a bench thread panicked"))?)
+            .collect()
+    })?;
+    let last = per_thread.iter().map(|p| p.0).max().unwrap_or(deadline);
+    let mut all: Vec<u64> = per_thread.into_iter().flat_map(|p| p.1).collect();
+    Ok(LoopResult {
+        calls: all.len() as u64,
+        seconds: (last - warm_end).as_secs_f64(),
+        latency: Latency::of(&mut all),
+    })
+}
+
+/// Median of `reps` timings of `f` (after one untimed call), in seconds.
+pub fn median_time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}

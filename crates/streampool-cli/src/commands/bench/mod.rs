@@ -1,0 +1,380 @@
+//! `streampool bench`: every scenario in one process, one JSON file, one table, one PNG.
+//!
+//! Scenarios, per workload (`mlp`: 256-1024-GELU-256; `minilm32`/`minilm128`: the sentence
+//! encoder on sentences of exactly 32/128 tokens, tokenization included):
+//! - `ceiling`: one thread calling the model on pre-formed batches;
+//! - `threading`: N threads calling the shared model at batch 1;
+//! - `batching`: N callers through a BatchQueue, a sweep over callers at one configuration and
+//!   every `max_batch` x `max_wait` pair at the most callers;
+//! - `overhead` (once, not per workload): per-op host cost and a large matmul against
+//!   single-threaded `matrixmultiply::sgemm`.
+//!
+//! Every call reads its result back to the host. Throughput is counted over a fixed window
+//! after a warm-up; latencies are per call (per request through the queue). The JSON schema
+//! is shared with `bench/torch_baseline.py`; `bench/compare.py` puts the two side by side.
+
+mod measure;
+mod plot;
+mod report;
+mod scenarios;
+mod workloads;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use streampool::{Device, DeviceKind};
+
+use measure::Window;
+use report::{Record, Report};
+use scenarios::QueueSetup;
+use workloads::{EncoderWorkload, MlpWorkload, Workload};
+
+/// Arguments of `streampool bench`. Defaults that depend on the device are chosen so that a
+/// CPU run on a small machine takes a few minutes.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device to run on: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Workloads: mlp, minilm32, minilm128.
+    #[arg(long, value_delimiter = ',', default_value = "mlp,minilm32,minilm128")]
+    workloads: Vec<String>,
+    /// Scenarios: threading, batching, ceiling, overhead.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "threading,batching,ceiling,overhead"
+    )]
+    scenarios: Vec<String>,
+    /// Thread (and batching caller) counts [default: cuda 1,2,4,8,16,32,64; cpu 1,2,4,8].
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
+    /// Seconds measured per point, after a warm-up [default: cuda 1.5, cpu 1.0].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// BatchQueue max_batch_size values [default: cuda 16,64; cpu 4,8].
+    #[arg(long, value_delimiter = ',')]
+    max_batch: Option<Vec<usize>>,
+    /// BatchQueue max_wait values in milliseconds.
+    #[arg(long, value_delimiter = ',', default_value = "1,5")]
+    max_wait_ms: Vec<f64>,
+    /// BatchQueue worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Batch sizes of the ceiling scenario [default: 1 and the max_batch values; on cuda the
+    /// minilm workloads add 32,128,256,512].
+    #[arg(long, value_delimiter = ',')]
+    ceiling_batches: Option<Vec<usize>>,
+    /// Sentence-encoder folder for the minilm workloads [default: the installed
+    /// all-MiniLM-L6-v2, else the shipped tiny-bert].
+    #[arg(long, value_name = "DIR")]
+    minilm: Option<PathBuf>,
+    /// Folder for streampool.json and streampool.png.
+    #[arg(long, default_value = "bench/results/latest")]
+    out: PathBuf,
+    /// Short run: fewer points, shorter windows.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// What one point of the run measures.
+enum Point {
+    Ceiling(usize, usize),
+    Threading(usize, usize),
+    Batching(usize, QueueSetup),
+    Overhead,
+}
+
+/// The resolved settings of a run.
+struct Plan {
+    threads: Vec<usize>,
+    window: Window,
+    max_batch: Vec<usize>,
+    max_wait: Vec<f64>,
+    overhead_ops: usize,
+    matmul_n: usize,
+}
+
+impl Plan {
+    fn resolve(args: &Args, gpu: bool) -> Result<Self> {
+        let pick = |cuda: &[usize], cpu: &[usize]| if gpu { cuda.to_vec() } else { cpu.to_vec() };
+        let threads = args
+            .threads
+            .clone()
+            .unwrap_or_else(|| match (gpu, args.quick) {
+                (true, false) => vec![1, 2, 4, 8, 16, 32, 64],
+                (true, true) => vec![1, 8, 64],
+                (false, false) => vec![1, 2, 4, 8],
+                (false, true) => vec![1, 2, 4],
+            });
+        let seconds = args.seconds.unwrap_or(match (gpu, args.quick) {
+            (true, false) => 1.5,
+            (true, true) => 0.5,
+            (false, false) => 1.0,
+            (false, true) => 0.2,
+        });
+        let mut max_batch = args
+            .max_batch
+            .clone()
+            .unwrap_or_else(|| pick(&[16, 64], &[4, 8]));
+        let mut max_wait = args.max_wait_ms.clone();
+        if args.quick {
+            max_batch = max_batch.iter().copied().max().into_iter().collect();
+            max_wait.truncate(1);
+        }
+        if threads.contains(&0) || max_batch.contains(&0) || args.workers == 0 {
+            bail!("--threads, --max-batch and --workers take positive values");
+        }
+        if !seconds.is_finite()
+            || seconds <= 0.0
+            || max_wait.iter().any(|w| !w.is_finite() || *w < 0.0)
+        {
+            bail!("--seconds must be positive and --max-wait-ms non-negative");
+        }
+        Ok(Self {
+            threads,
+            window: Window {
+                warm: Duration::from_secs_f64((0.2 * seconds).max(0.15)),
+                measure: Duration::from_secs_f64(seconds),
+            },
+            max_batch,
+            max_wait,
+            overhead_ops: if args.quick { 10_000 } else { 50_000 },
+            matmul_n: if args.quick { 512 } else { 1024 },
+        })
+    }
+}
+
+/// Runs the benchmark and writes `streampool.json` and `streampool.png` under `--out`.
+pub fn run(args: Args) -> Result<()> {
+    for s in &args.scenarios {
+        if !["threading", "batching", "ceiling", "overhead"].contains(&s.as_str()) {
+            bail!("unknown scenario {s:?}: expected threading, batching, ceiling, overhead");
+        }
+    }
+    let dev = super::device::open(&args.device)?;
+    let gpu = dev.kind() != DeviceKind::Cpu;
+    let plan = Plan::resolve(&args, gpu)?;
+    let has = |s: &str| args.scenarios.iter().any(|x| x == s);
+
+    let mut loaded: Vec<(Workload, Option<String>)> = Vec::new();
+    let mut encoder = None;
+    for name in &args.workloads {
+        let w = match name.as_str() {
+            "mlp" => (Workload::Mlp(Arc::new(MlpWorkload::new(&dev)?)), None),
+            n if n.starts_with("minilm") => {
+                let seq: usize = n["minilm".len()..].parse().map_err(|_| {
+                    anyhow::anyhow!("bad workload {n:?}: expected minilm32, minilm128 or minilmN")
+                })?;
+                if encoder.is_none() {
+                    let choice = workloads::choose_encoder(args.minilm.clone())?;
+                    let emb = EncoderWorkload::load(&dev, &choice)?;
+                    encoder = Some((emb, choice.label));
+                }
+                let (emb, label) = encoder.as_ref().expect("loaded just above");
+                let e = EncoderWorkload::with_seq(emb.clone(), seq)?;
+                (Workload::Encoder(Arc::new(e)), Some(label.clone()))
+            }
+            other => bail!("unknown workload {other:?}: expected mlp, minilm32, minilm128"),
+        };
+        loaded.push(w);
+    }
+
+    let mut points = Vec::new();
+    let sweep_batch = plan.max_batch.iter().copied().max().unwrap_or(1);
+    let sweep_wait = plan.max_wait.first().copied().unwrap_or(1.0);
+    let most = plan.threads.iter().copied().max().unwrap_or(1);
+    for (i, (w, _)) in loaded.iter().enumerate() {
+        if has("ceiling") || has("batching") {
+            let mut batches = args.ceiling_batches.clone().unwrap_or_else(|| {
+                let mut b = vec![1];
+                b.extend(&plan.max_batch);
+                if gpu && matches!(w, Workload::Encoder(_)) && !args.quick {
+                    b.extend([32, 128, 256, 512]);
+                }
+                b
+            });
+            if has("batching") {
+                batches.extend(&plan.max_batch);
+            }
+            batches.sort_unstable();
+            batches.dedup();
+            points.extend(batches.into_iter().map(|b| Point::Ceiling(i, b)));
+        }
+        if has("threading") {
+            points.extend(plan.threads.iter().map(|&t| Point::Threading(i, t)));
+        }
+        if has("batching") {
+            let setup = |callers, max_batch, wait: f64| QueueSetup {
+                callers,
+                max_batch,
+                max_wait: Duration::from_secs_f64(wait / 1e3),
+                workers: args.workers,
+            };
+            for &c in &plan.threads {
+                points.push(Point::Batching(i, setup(c, sweep_batch, sweep_wait)));
+            }
+            for &mb in &plan.max_batch {
+                for &mw in &plan.max_wait {
+                    if (mb, mw) != (sweep_batch, sweep_wait) {
+                        points.push(Point::Batching(i, setup(most, mb, mw)));
+                    }
+                }
+            }
+        }
+    }
+    if has("overhead") {
+        points.push(Point::Overhead);
+    }
+
+    println!(
+        "streampool bench: {} points on {}, {:.2} s per point after {:.2} s warm-up; minilm model: {}",
+        points.len(),
+        dev.name(),
+        plan.window.measure.as_secs_f64(),
+        plan.window.warm.as_secs_f64(),
+        encoder.as_ref().map_or("-", |e| e.1.as_str())
+    );
+    let bar = ProgressBar::new(points.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    std::fs::create_dir_all(&args.out)?;
+    let json = args.out.join("streampool.json");
+    let mut report = Report {
+        system: "streampool".into(),
+        device: dev.name(),
+        date: report::utc_now(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        results: Vec::new(),
+        checks: Vec::new(),
+        errors: Vec::new(),
+    };
+    for p in &points {
+        // A failing point is reported and skipped, so one bad configuration does not lose
+        // the rest of a long (and, on a GPU machine, scarce) run.
+        match run_point(&dev, p, &loaded, &plan, &report.results, &bar) {
+            Ok(new) => {
+                for r in &new {
+                    bar.suspend(|| eprintln!("  {}", one_line(r)));
+                }
+                report.results.extend(new);
+            }
+            Err(e) => {
+                let msg = format!("{}: {e:#}", bar.message());
+                bar.suspend(|| eprintln!("  FAILED {msg}"));
+                report.errors.push(msg);
+            }
+        }
+        // Written after every point: a run cut short still leaves its figures.
+        report.checks = report::checks(&report.results, !gpu);
+        report.write(&json)?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    report::print(&report);
+    let png = args.out.join("streampool.png");
+    let title = format!("streampool bench, {} ({})", report.device, report.date);
+    match plot::draw(&png, &title, &report.results, (sweep_batch, sweep_wait)) {
+        Ok(true) => println!("\nwrote {} and {}", json.display(), png.display()),
+        Ok(false) => println!(
+            "\nwrote {} and {} (no font found: plot drawn without text; set {})",
+            json.display(),
+            png.display(),
+            plot::FONT_ENV
+        ),
+        Err(e) => println!("\nwrote {}; the plot failed: {e}", json.display()),
+    }
+    if !report.errors.is_empty() {
+        bail!(
+            "{} of {} points failed (listed above and in the JSON)",
+            report.errors.len(),
+            points.len()
+        );
+    }
+    Ok(())
+}
+
+fn run_point(
+    dev: &Device,
+    p: &Point,
+    loaded: &[(Workload, Option<String>)],
+    plan: &Plan,
+    done: &[Record],
+    bar: &ProgressBar,
+) -> Result<Vec<Record>> {
+    let with_model = |mut r: Record, i: usize| {
+        r.model = loaded[i].1.clone();
+        r
+    };
+    Ok(match p {
+        Point::Ceiling(i, b) => {
+            bar.set_message(format!("{} ceiling batch {b}", loaded[*i].0.name()));
+            vec![with_model(
+                scenarios::ceiling(dev, &loaded[*i].0, *b, plan.window)?,
+                *i,
+            )]
+        }
+        Point::Threading(i, t) => {
+            bar.set_message(format!("{} threading {t} threads", loaded[*i].0.name()));
+            vec![with_model(
+                scenarios::threading(dev, &loaded[*i].0, *t, plan.window)?,
+                *i,
+            )]
+        }
+        Point::Batching(i, setup) => {
+            let w = &loaded[*i].0;
+            bar.set_message(format!(
+                "{} batching {} callers, max_batch {}, max_wait {:?}",
+                w.name(),
+                setup.callers,
+                setup.max_batch,
+                setup.max_wait
+            ));
+            let ceiling = done.iter().find(|r| {
+                r.workload == w.name() && r.scenario == "ceiling" && r.batch == setup.max_batch
+            });
+            vec![with_model(
+                scenarios::batching(dev, w, *setup, plan.window, ceiling)?,
+                *i,
+            )]
+        }
+        Point::Overhead => {
+            bar.set_message("overhead");
+            scenarios::overhead(dev, plan.overhead_ops, plan.matmul_n, 5)?
+        }
+    })
+}
+
+fn one_line(r: &Record) -> String {
+    let who = match (r.threads, r.callers) {
+        (_, Some(c)) => format!("{c} callers"),
+        (Some(t), _) => format!("{t} threads"),
+        _ => String::new(),
+    };
+    match r.scenario.as_str() {
+        "overhead" => format!(
+            "overhead {}: {:.2} us/op{}",
+            r.op.as_deref().unwrap_or(""),
+            r.us_per_op.unwrap_or(0.0),
+            r.ratio
+                .map_or(String::new(), |x| format!(", {x:.2}x sgemm"))
+        ),
+        _ => format!(
+            "{} {} {who} batch {}: {:.0} rows/s, p50 {:.3} ms, p99 {:.3} ms{}",
+            r.workload,
+            r.scenario,
+            r.batch,
+            r.throughput_per_s,
+            r.latency_ms.p50,
+            r.latency_ms.p99,
+            r.mean_batch_size
+                .map_or(String::new(), |m| format!(", mean batch {m:.1}"))
+        ),
+    }
+}

@@ -1,0 +1,311 @@
+//! The shared result schema (also written by `bench/torch_baseline.py`), the JSON file, the
+//! table and the target checks that need only our own figures.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::measure::Latency;
+
+/// One measured point. Field names are shared with `bench/torch_baseline.py`; fields that do
+/// not apply to a scenario are left out of the JSON.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Record {
+    /// `streampool` (here) or `pytorch`.
+    pub system: String,
+    /// The device, e.g. `cpu` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
+    pub device: String,
+    /// `mlp`, `minilm32`, `minilm128`, or `ops` for the overhead scenario.
+    pub workload: String,
+    /// `threading`, `batching`, `ceiling` or `overhead`.
+    pub scenario: String,
+    /// Threads calling the model directly (threading, ceiling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// Threads each submitting one request at a time to a BatchQueue (batching).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callers: Option<usize>,
+    /// Rows (MLP inputs or sentences) per call; for batching, the queue's `max_batch_size`.
+    pub batch: usize,
+    /// Rows (MLP rows or sentence embeddings) per second.
+    pub throughput_per_s: f64,
+    /// Calls (forwards, or requests for batching) per second.
+    pub calls_per_s: f64,
+    /// Per-call (per-request for batching) latency percentiles.
+    pub latency_ms: Latency,
+    /// Calls measured and the measured span.
+    pub calls: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// The model behind a minilm workload (`all-MiniLM-L6-v2` or `tiny-bert`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Batching: the queue's wait window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_wait_ms: Option<f64>,
+    /// Batching: worker threads of the queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    /// Batching: mean requests per batch (from the queue's statistics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_batch_size: Option<f64>,
+    /// Batching: the median time of one pre-formed batch of `batch` rows (ceiling scenario).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_time_ms: Option<f64>,
+    /// Batching: `max_wait + 2 * batch_time`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_bound_ms: Option<f64>,
+    /// Batching: whether p99 latency is within the bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_within_bound: Option<bool>,
+    /// Batching: the ceiling's throughput at batch `batch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_per_s: Option<f64>,
+    /// Batching: `throughput_per_s / ceiling_per_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_fraction: Option<f64>,
+    /// Overhead: what was timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    /// Overhead: microseconds per op (host enqueue time, or one matmul with its sync).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub us_per_op: Option<f64>,
+    /// Overhead: the reference's microseconds per op (single-threaded `matrixmultiply::sgemm`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference_us_per_op: Option<f64>,
+    /// Overhead: `us_per_op / reference_us_per_op`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+}
+
+/// One target and whether our own figures meet it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What is checked, with the figures.
+    pub target: String,
+    /// The measured value.
+    pub value: f64,
+    /// The threshold.
+    pub threshold: f64,
+    /// Met or not.
+    pub pass: bool,
+}
+
+/// The whole JSON file.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// `streampool`.
+    pub system: String,
+    /// The device.
+    pub device: String,
+    /// When it ran (UTC, ISO 8601).
+    pub date: String,
+    /// The command line.
+    pub command: String,
+    /// The measured points.
+    pub results: Vec<Record>,
+    /// The targets checked from our figures alone (cross-system ones: `bench/compare.py`).
+    pub checks: Vec<Check>,
+    /// Points that failed, with their errors.
+    pub errors: Vec<String>,
+}
+
+impl Report {
+    /// Writes the report as pretty JSON to `path`.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+fn find<'a>(
+    results: &'a [Record],
+    workload: &str,
+    scenario: &str,
+    pred: impl Fn(&Record) -> bool,
+) -> Option<&'a Record> {
+    results
+        .iter()
+        .find(|r| r.workload == workload && r.scenario == scenario && pred(r))
+}
+
+/// The targets we can judge from our own figures: threading 8 threads >= 6x one (MLP),
+/// BatchQueue at the most callers >= 90% of the ceiling with p99 within its bound (each
+/// workload: the best configuration), and the CPU overhead targets.
+pub fn checks(results: &[Record], cpu: bool) -> Vec<Check> {
+    let mut out = Vec::new();
+    let one = find(results, "mlp", "threading", |r| r.threads == Some(1));
+    let eight = find(results, "mlp", "threading", |r| r.threads == Some(8));
+    if let (Some(one), Some(eight)) = (one, eight) {
+        let v = eight.throughput_per_s / one.throughput_per_s;
+        out.push(Check {
+            target: format!(
+                "mlp threading: 8 threads / 1 thread >= 6x ({:.0} / {:.0} per s)",
+                eight.throughput_per_s, one.throughput_per_s
+            ),
+            value: v,
+            threshold: 6.0,
+            pass: v >= 6.0,
+        });
+    }
+    let mut workloads: Vec<&str> = results.iter().map(|r| r.workload.as_str()).collect();
+    workloads.dedup();
+    for w in workloads {
+        let most = results
+            .iter()
+            .filter(|r| r.workload == w && r.scenario == "batching")
+            .filter_map(|r| r.callers)
+            .max();
+        let Some(most) = most else { continue };
+        let best = results
+            .iter()
+            .filter(|r| r.workload == w && r.scenario == "batching" && r.callers == Some(most))
+            .filter(|r| r.ceiling_fraction.is_some())
+            .max_by(|a, b| {
+                a.ceiling_fraction
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.ceiling_fraction.unwrap_or(0.0))
+            });
+        let Some(best) = best else { continue };
+        let frac = best.ceiling_fraction.unwrap_or(0.0);
+        let config = format!(
+            "max_batch {}, max_wait {} ms",
+            best.batch,
+            best.max_wait_ms.unwrap_or(0.0)
+        );
+        out.push(Check {
+            target: format!(
+                "{w} batching, {most} callers, best config ({config}): >= 90% of the ceiling ({:.0} / {:.0} per s)",
+                best.throughput_per_s,
+                best.ceiling_per_s.unwrap_or(0.0)
+            ),
+            value: frac,
+            threshold: 0.9,
+            pass: frac >= 0.9,
+        });
+        if let (Some(bound), Some(ok)) = (best.p99_bound_ms, best.p99_within_bound) {
+            out.push(Check {
+                target: format!(
+                    "{w} batching, {most} callers ({config}): p99 {:.2} ms <= max_wait + 2 batch times",
+                    best.latency_ms.p99
+                ),
+                value: best.latency_ms.p99,
+                threshold: bound,
+                pass: ok,
+            });
+        }
+    }
+    if cpu {
+        for r in results.iter().filter(|r| r.scenario == "overhead") {
+            match (r.op.as_deref(), r.us_per_op, r.ratio) {
+                (Some(op), Some(us), None) if op.starts_with("enqueue") => out.push(Check {
+                    target: format!("per-op host cost ({op}) < 5 us"),
+                    value: us,
+                    threshold: 5.0,
+                    pass: us < 5.0,
+                }),
+                (Some(op), _, Some(ratio)) => out.push(Check {
+                    target: format!("{op}: within 2x of single-threaded sgemm"),
+                    value: ratio,
+                    threshold: 2.0,
+                    pass: ratio <= 2.0,
+                }),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+fn fmt_rate(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Prints every point as one table, then the checks.
+pub fn print(report: &Report) {
+    println!("\nstreampool bench on {} ({})", report.device, report.date);
+    println!(
+        "{:<10} {:<10} {:>7} {:>6} {:>12} {:>9} {:>9} {:>9}  notes",
+        "workload", "scenario", "thr/cal", "batch", "rows/s", "p50 ms", "p90 ms", "p99 ms"
+    );
+    for r in &report.results {
+        let who = r.threads.or(r.callers).unwrap_or(1);
+        let notes = match r.scenario.as_str() {
+            "batching" => format!(
+                "wait {} ms, mean batch {:.1}, {:.0}% of ceiling, p99 bound {:.2} ms {}",
+                r.max_wait_ms.unwrap_or(0.0),
+                r.mean_batch_size.unwrap_or(0.0),
+                100.0 * r.ceiling_fraction.unwrap_or(0.0),
+                r.p99_bound_ms.unwrap_or(0.0),
+                match r.p99_within_bound {
+                    Some(true) => "ok",
+                    Some(false) => "EXCEEDED",
+                    None => "",
+                }
+            ),
+            "overhead" => match (r.us_per_op, r.reference_us_per_op, r.ratio) {
+                (Some(us), Some(rf), Some(ratio)) => format!(
+                    "{}: {us:.1} us vs sgemm {rf:.1} us ({ratio:.2}x)",
+                    r.op.as_deref().unwrap_or("")
+                ),
+                (Some(us), _, _) => format!("{}: {us:.2} us/op", r.op.as_deref().unwrap_or("")),
+                _ => String::new(),
+            },
+            _ => r.model.clone().unwrap_or_default(),
+        };
+        println!(
+            "{:<10} {:<10} {:>7} {:>6} {:>12} {:>9.3} {:>9.3} {:>9.3}  {}",
+            r.workload,
+            r.scenario,
+            who,
+            r.batch,
+            fmt_rate(r.throughput_per_s),
+            r.latency_ms.p50,
+            r.latency_ms.p90,
+            r.latency_ms.p99,
+            notes
+        );
+    }
+    if !report.checks.is_empty() {
+        println!("\ntargets (own figures; cross-system targets: bench/compare.py)");
+        for c in &report.checks {
+            println!(
+                "  [{}] {}: {:.3} (threshold {:.3})",
+                if c.pass { "PASS" } else { "FAIL" },
+                c.target,
+                c.value,
+                c.threshold
+            );
+        }
+    }
+}
+
+/// Today's date and time in UTC, ISO 8601, from the system clock (no calendar crate needed).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}

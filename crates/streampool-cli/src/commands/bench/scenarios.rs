@@ -1,0 +1,309 @@
+//! The scenarios: ceiling (pre-formed batches, one thread), threading (N threads calling the
+//! shared model at batch 1), batching (N callers through a BatchQueue) and overhead (per-op
+//! host cost, large matmul against `matrixmultiply::sgemm`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use streampool::{Device, Tensor};
+use streampool_batch::{BatchConfig, BatchModel, BatchQueue};
+
+use super::measure::{closed_loop, median_time, Latency, LoopResult, Window};
+use super::report::Record;
+use super::workloads::Workload;
+
+/// Request numbers of different threads never overlap below this many calls per thread, so
+/// threads cycle through the input pool from different places.
+const THREAD_STRIDE: usize = 7919;
+
+fn record(
+    device: &Device,
+    workload: &Workload,
+    scenario: &str,
+    rows: usize,
+    r: &LoopResult,
+) -> Record {
+    Record {
+        system: "streampool".into(),
+        device: device.name(),
+        workload: workload.name(),
+        scenario: scenario.into(),
+        batch: rows,
+        throughput_per_s: r.calls_per_s() * rows as f64,
+        calls_per_s: r.calls_per_s(),
+        latency_ms: r.latency,
+        calls: r.calls,
+        seconds: r.seconds,
+        ..Record::default()
+    }
+}
+
+/// One thread calling the model on pre-formed batches of `batch` rows (upload or
+/// tokenization, forward, read-back): the throughput a BatchQueue should approach, and the
+/// batch time its p99 bound uses.
+pub fn ceiling(device: &Device, w: &Workload, batch: usize, window: Window) -> Result<Record> {
+    let r = closed_loop(1, window, || {}, |_, i| w.call(batch, i * batch))?;
+    let mut rec = record(device, w, "ceiling", batch, &r);
+    rec.threads = Some(1);
+    Ok(rec)
+}
+
+/// `threads` threads each calling the shared model with one row at a time.
+pub fn threading(device: &Device, w: &Workload, threads: usize, window: Window) -> Result<Record> {
+    let r = closed_loop(
+        threads,
+        window,
+        || {},
+        |t, i| w.call(1, t * THREAD_STRIDE + i),
+    )?;
+    let mut rec = record(device, w, "threading", 1, &r);
+    rec.threads = Some(threads);
+    Ok(rec)
+}
+
+/// How one batching point is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSetup {
+    /// Threads each submitting one request and waiting for it, in a loop.
+    pub callers: usize,
+    /// The queue's `max_batch_size`.
+    pub max_batch: usize,
+    /// The queue's `max_wait`.
+    pub max_wait: Duration,
+    /// The queue's worker threads.
+    pub workers: usize,
+}
+
+/// `callers` threads each sending single requests through a BatchQueue. `ceiling` is the
+/// ceiling record at `max_batch` rows, if measured: its throughput and batch time give the
+/// ceiling fraction and the p99 bound.
+pub fn batching(
+    device: &Device,
+    w: &Workload,
+    setup: QueueSetup,
+    window: Window,
+    ceiling: Option<&Record>,
+) -> Result<Record> {
+    let config = BatchConfig {
+        max_batch_size: setup.max_batch,
+        max_wait: setup.max_wait,
+        max_queue: setup.callers.max(1) * 2,
+        workers: setup.workers,
+        buckets: Vec::new(),
+    };
+    let (r, mean_batch) = match w {
+        Workload::Mlp(m) => through_queue(m.clone(), config, setup.callers, window, |i| m.row(i))?,
+        Workload::Encoder(e) => {
+            through_queue(e.clone(), config, setup.callers, window, |i| e.text(i))?
+        }
+    };
+    let mut rec = record(device, w, "batching", 1, &r);
+    rec.batch = setup.max_batch;
+    rec.callers = Some(setup.callers);
+    rec.max_wait_ms = Some(setup.max_wait.as_secs_f64() * 1e3);
+    rec.workers = Some(setup.workers);
+    rec.mean_batch_size = Some(mean_batch);
+    if let Some(c) = ceiling {
+        let batch_time = c.latency_ms.p50;
+        let bound = setup.max_wait.as_secs_f64() * 1e3 + 2.0 * batch_time;
+        rec.batch_time_ms = Some(batch_time);
+        rec.p99_bound_ms = Some(bound);
+        rec.p99_within_bound = Some(rec.latency_ms.p99 <= bound);
+        rec.ceiling_per_s = Some(c.throughput_per_s);
+        rec.ceiling_fraction = Some(rec.throughput_per_s / c.throughput_per_s);
+    }
+    Ok(rec)
+}
+
+/// Runs the closed loop through a fresh queue over `model`; returns the loop's figures and
+/// the mean batch size after the warm-up.
+fn through_queue<M: BatchModel>(
+    model: Arc<M>,
+    config: BatchConfig,
+    callers: usize,
+    window: Window,
+    input: impl Fn(usize) -> M::Input + Sync,
+) -> Result<(LoopResult, f64)> {
+    let queue = BatchQueue::new(model, config)?;
+    let r = closed_loop(
+        callers,
+        window,
+        || queue.reset_stats(),
+        |t, i| {
+            queue.infer(input(t * THREAD_STRIDE + i))?;
+            Ok(())
+        },
+    )?;
+    let mean = queue.stats().mean_batch_size;
+    queue.shutdown();
+    Ok((r, mean))
+}
+
+fn ops_record(
+    device: &Device,
+    op: String,
+    us: f64,
+    latency: Latency,
+    calls: u64,
+    secs: f64,
+) -> Record {
+    Record {
+        system: "streampool".into(),
+        device: device.name(),
+        workload: "ops".into(),
+        scenario: "overhead".into(),
+        threads: Some(1),
+        batch: 1,
+        throughput_per_s: 1e6 / us,
+        calls_per_s: 1e6 / us,
+        latency_ms: latency,
+        calls,
+        seconds: secs,
+        op: Some(op),
+        us_per_op: Some(us),
+        ..Record::default()
+    }
+}
+
+/// Per-op host cost: `ops` small ops queued on this thread's stream, then one read-back;
+/// the median over `reps` runs of the enqueue time per op (and, separately, of the time per
+/// op including completion). Then an `n`^3 matmul (median of `reps`, each waited for) against
+/// a direct single-threaded `matrixmultiply::sgemm` on the same data.
+pub fn overhead(device: &Device, ops: usize, n: usize, reps: usize) -> Result<Vec<Record>> {
+    let x = Tensor::full(1.0, &[16], device)?;
+    let chain = |count: usize| -> Result<(f64, f64)> {
+        let t = Instant::now();
+        let mut y = x.clone();
+        for _ in 0..count {
+            y = y.affine(1.0, 0.5)?.affine(1.0, -0.5)?;
+        }
+        let queued = t.elapsed().as_secs_f64();
+        let v = y.to_vec::<f32>()?;
+        let done = t.elapsed().as_secs_f64();
+        ensure!(
+            v.iter().all(|&e| e == 1.0),
+            "overhead chain gave wrong values"
+        );
+        Ok((queued, done))
+    };
+    chain(1000)?;
+    let pairs = ops / 2;
+    let mut runs: Vec<(f64, f64)> = (0..reps.max(1))
+        .map(|_| chain(pairs))
+        .collect::<Result<_>>()?;
+    let per_op = |s: f64| s * 1e6 / (2 * pairs) as f64;
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let enqueue_us = per_op(runs[runs.len() / 2].0);
+    runs.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let done_us = per_op(runs[runs.len() / 2].1);
+    let secs: f64 = runs.iter().map(|r| r.1).sum();
+    let calls = (2 * pairs * runs.len()) as u64;
+    let mut out = vec![
+        ops_record(
+            device,
+            "enqueue affine [16] (host time, queued)".into(),
+            enqueue_us,
+            Latency::default(),
+            calls,
+            secs,
+        ),
+        ops_record(
+            device,
+            "affine [16] incl. completion".into(),
+            done_us,
+            Latency::default(),
+            calls,
+            secs,
+        ),
+    ];
+
+    let a = host_values(n * n, 11);
+    let b = host_values(n * n, 12);
+    let (ta, tb) = (
+        Tensor::from_slice(&a, &[n, n], device)?,
+        Tensor::from_slice(&b, &[n, n], device)?,
+    );
+    let stream = device.current_stream()?;
+    let mut ours = Vec::new();
+    let ours_s = median_time(reps, || {
+        let c = ta.matmul(&tb)?;
+        stream.synchronize()?;
+        ours = vec![c];
+        Ok(())
+    })?;
+    let got = ours[0].to_vec::<f32>()?;
+    let mut reference = vec![0.0f32; n * n];
+    let ref_s = median_time(reps, || {
+        sgemm(n, &a, &b, &mut reference);
+        Ok(())
+    })?;
+    let scale = reference
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()))
+        .max(1e-30);
+    let err = got
+        .iter()
+        .zip(&reference)
+        .fold(0.0f32, |m, (g, r)| m.max((g - r).abs()))
+        / scale;
+    ensure!(
+        err < 1e-3,
+        "matmul {n}^3 differs from sgemm by {err} (relative to max)"
+    );
+    let mut rec = ops_record(
+        device,
+        format!("matmul {n}x{n}x{n}"),
+        ours_s * 1e6,
+        Latency {
+            p50: ours_s * 1e3,
+            p90: ours_s * 1e3,
+            p99: ours_s * 1e3,
+        },
+        reps as u64,
+        ours_s * reps as f64,
+    );
+    rec.reference_us_per_op = Some(ref_s * 1e6);
+    rec.ratio = Some(ours_s / ref_s);
+    out.push(rec);
+    Ok(out)
+}
+
+fn host_values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// `c = a b` for row-major `n x n` matrices, single-threaded `matrixmultiply`.
+fn sgemm(n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    assert!(a.len() == n * n && b.len() == n * n && c.len() == n * n);
+    let s = n as isize;
+    // SAFETY: the three slices hold n*n elements each (asserted above), the strides describe
+    // row-major n x n matrices inside them, and `c` does not alias `a` or `b` (it is a
+    // distinct `&mut`).
+    unsafe {
+        matrixmultiply::sgemm(
+            n,
+            n,
+            n,
+            1.0,
+            a.as_ptr(),
+            s,
+            1,
+            b.as_ptr(),
+            s,
+            1,
+            0.0,
+            c.as_mut_ptr(),
+            s,
+            1,
+        );
+    }
+}

@@ -1,0 +1,257 @@
+//! The models under test: the small MLP and a sentence encoder at a fixed sequence length.
+//!
+//! Each workload can be called directly (`call`: one forward of `rows` requests, result read
+//! back to the host) and is a [`BatchModel`], so the same work runs through a `BatchQueue`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use streampool::{Device, Tensor};
+use streampool_batch::{BatchContext, BatchModel, ModelError};
+use streampool_nn::{
+    find_minilm, find_tiny_bert, Activation, HostTensor, Linear, LinearParams, Mlp,
+    SentenceEmbedder,
+};
+
+/// Input and hidden widths of the benchmark MLP (256-1024-GELU-256).
+pub const MLP_IN: usize = 256;
+const MLP_HIDDEN: usize = 1024;
+/// Distinct input rows callers cycle through (so not every call sends the same bytes).
+const INPUT_POOL: usize = 512;
+
+/// Words that are one WordPiece token each in the BERT uncased vocabulary, so a sentence of
+/// `n` of them tokenizes to exactly `n + 2` tokens ([CLS] ... [SEP]). `bench/torch_baseline.py`
+/// builds the same sentences from the same list and formula.
+const WORDS: [&str; 16] = [
+    "the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "in", "park", "with", "big", "red",
+    "ball", "today",
+];
+
+/// Sentence `i` of `seq` tokens (special tokens included).
+pub fn sentence(i: usize, seq: usize) -> String {
+    (0..seq.saturating_sub(2))
+        .map(|k| WORDS[(i * 7 + k * 3 + (i / 16) * k) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Deterministic values in [-1, 1) (a 64-bit LCG), for weights and inputs.
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// The MLP 256-1024-GELU-256 with fixed pseudo-random weights, shared by every caller.
+pub struct MlpWorkload {
+    device: Device,
+    mlp: Mlp,
+    inputs: Vec<f32>,
+}
+
+impl MlpWorkload {
+    /// Builds the model on `device`.
+    pub fn new(device: &Device) -> Result<Self> {
+        let linear = |out: usize, inp: usize, seed: u64| -> Result<Linear> {
+            let scale = 1.0 / (inp as f32).sqrt();
+            let w = HostTensor::new(values(out * inp, seed, scale), &[out, inp])?;
+            let b = HostTensor::new(values(out, seed + 1, 0.1), &[out])?;
+            Ok(Linear::new(&LinearParams::new(w, Some(b))?, device)?)
+        };
+        let mlp = Mlp::new(
+            linear(MLP_HIDDEN, MLP_IN, 1)?,
+            Activation::Gelu,
+            linear(MLP_IN, MLP_HIDDEN, 3)?,
+        )?;
+        Ok(Self {
+            device: device.clone(),
+            mlp,
+            inputs: values(INPUT_POOL * MLP_IN, 9, 1.0),
+        })
+    }
+
+    /// Input row `i` (cycling through the pool).
+    pub fn row(&self, i: usize) -> Vec<f32> {
+        let at = (i % INPUT_POOL) * MLP_IN;
+        self.inputs[at..at + MLP_IN].to_vec()
+    }
+
+    /// One forward of `rows` requests starting at request `first`: upload, forward, read back.
+    pub fn call(&self, rows: usize, first: usize) -> Result<()> {
+        let mut data = Vec::with_capacity(rows * MLP_IN);
+        for r in 0..rows {
+            data.extend(self.row(first + r));
+        }
+        self.run(data, rows).map_err(|e| anyhow::anyhow!(e))?;
+        Ok(())
+    }
+
+    fn run(&self, data: Vec<f32>, rows: usize) -> Result<Vec<f32>, ModelError> {
+        let x = Tensor::from_vec(data, &[rows, MLP_IN], &self.device)?;
+        Ok(self.mlp.forward(&x)?.to_vec::<f32>()?)
+    }
+}
+
+impl BatchModel for MlpWorkload {
+    type Input = Vec<f32>;
+    type Output = Vec<f32>;
+
+    fn forward_batch(
+        &self,
+        rows: Vec<Vec<f32>>,
+        _ctx: &BatchContext,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let n = rows.len();
+        let out = self.run(rows.concat(), n)?;
+        Ok(out.chunks(MLP_IN).map(<[f32]>::to_vec).collect())
+    }
+
+    fn check_input(&self, row: &Vec<f32>) -> Result<(), ModelError> {
+        if row.len() != MLP_IN {
+            return Err(format!("row of {} values, expected {MLP_IN}", row.len()).into());
+        }
+        Ok(())
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(self.device.clone())
+    }
+}
+
+/// Which sentence encoder the MiniLM workloads load, and from where.
+pub struct EncoderChoice {
+    /// The model folder.
+    pub dir: PathBuf,
+    /// A short label for reports: `all-MiniLM-L6-v2` or `tiny-bert`.
+    pub label: String,
+}
+
+/// `--minilm DIR` if given, else the installed all-MiniLM-L6-v2, else the shipped tiny-bert
+/// (with a printed note).
+pub fn choose_encoder(explicit: Option<PathBuf>) -> Result<EncoderChoice> {
+    if let Some(dir) = explicit {
+        return Ok(EncoderChoice {
+            dir,
+            label: "all-MiniLM-L6-v2".into(),
+        });
+    }
+    match find_minilm() {
+        Ok(dir) => Ok(EncoderChoice {
+            dir,
+            label: "all-MiniLM-L6-v2".into(),
+        }),
+        Err(e) => {
+            eprintln!(
+                "note: MiniLM not found ({e}); the minilm workloads use the shipped tiny-bert \
+                 (2 layers, 32 wide), so their figures say nothing about MiniLM"
+            );
+            Ok(EncoderChoice {
+                dir: find_tiny_bert()?,
+                label: "tiny-bert".into(),
+            })
+        }
+    }
+}
+
+/// A sentence encoder (tokenizer + BERT + pooling) fed sentences of exactly `seq` tokens.
+pub struct EncoderWorkload {
+    embedder: Arc<SentenceEmbedder>,
+    sentences: Vec<String>,
+    /// Tokens per sentence.
+    pub seq: usize,
+}
+
+impl EncoderWorkload {
+    /// Loads the encoder once (share it between sequence lengths with [`Self::with_seq`]).
+    pub fn load(device: &Device, choice: &EncoderChoice) -> Result<Arc<SentenceEmbedder>> {
+        Ok(Arc::new(
+            SentenceEmbedder::load(device, &choice.dir)
+                .with_context(|| format!("loading {}", choice.dir.display()))?,
+        ))
+    }
+
+    /// The workload at `seq` tokens; checks that the sentences tokenize to exactly `seq`.
+    pub fn with_seq(embedder: Arc<SentenceEmbedder>, seq: usize) -> Result<Self> {
+        let sentences: Vec<String> = (0..INPUT_POOL).map(|i| sentence(i, seq)).collect();
+        for s in &sentences[..4] {
+            let got = embedder.tokenize(&[s.as_str()])?.seq_len();
+            if got != seq {
+                bail!("a synthetic sentence tokenized to {got} tokens, expected {seq}");
+            }
+        }
+        Ok(Self {
+            embedder,
+            sentences,
+            seq,
+        })
+    }
+
+    /// Sentence `i` (cycling through the pool).
+    pub fn text(&self, i: usize) -> String {
+        self.sentences[i % INPUT_POOL].clone()
+    }
+
+    /// One embedding call of `rows` sentences starting at `first`: tokenize, forward, pool,
+    /// read back.
+    pub fn call(&self, rows: usize, first: usize) -> Result<()> {
+        let texts: Vec<&str> = (0..rows)
+            .map(|r| self.sentences[(first + r) % INPUT_POOL].as_str())
+            .collect();
+        self.embedder.embed(&texts)?;
+        Ok(())
+    }
+}
+
+impl BatchModel for EncoderWorkload {
+    type Input = String;
+    type Output = Vec<f32>;
+
+    fn forward_batch(
+        &self,
+        texts: Vec<String>,
+        _ctx: &BatchContext,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        Ok(self.embedder.embed(&refs)?)
+    }
+
+    fn device(&self) -> Option<Device> {
+        Some(self.embedder.model().device().clone())
+    }
+}
+
+/// A workload of the run, by name.
+#[derive(Clone)]
+pub enum Workload {
+    /// `mlp`.
+    Mlp(Arc<MlpWorkload>),
+    /// `minilm32`, `minilm128`.
+    Encoder(Arc<EncoderWorkload>),
+}
+
+impl Workload {
+    /// The name used in flags and reports.
+    pub fn name(&self) -> String {
+        match self {
+            Workload::Mlp(_) => "mlp".into(),
+            Workload::Encoder(e) => format!("minilm{}", e.seq),
+        }
+    }
+
+    /// One direct call of `rows` requests starting at request `first`.
+    pub fn call(&self, rows: usize, first: usize) -> Result<()> {
+        match self {
+            Workload::Mlp(m) => m.call(rows, first),
+            Workload::Encoder(e) => e.call(rows, first),
+        }
+    }
+}
