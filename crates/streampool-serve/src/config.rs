@@ -1,0 +1,73 @@
+//! Server settings: where to listen and the limits every request is held to.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use streampool_batch::BatchConfig;
+
+/// How the server listens and what it accepts.
+///
+/// ```
+/// use streampool_serve::ServeConfig;
+/// let config = ServeConfig { max_inputs: 16, ..ServeConfig::default() };
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to bind; port 0 picks a free port (see [`ServerHandle::addr`](crate::ServerHandle::addr)).
+    pub addr: SocketAddr,
+    /// Largest request body accepted; larger ones are answered 413.
+    pub max_body_bytes: usize,
+    /// Most inputs (sentences, tensor rows) in one request; more are answered 400.
+    pub max_inputs: usize,
+    /// Longest input in tokens (special tokens included) an embedder accepts. `None`: the
+    /// model's own limit. Never above the model's own limit.
+    pub max_seq_len: Option<usize>,
+    /// Longer inputs are truncated to `max_seq_len` (`true`) or answered 400 (`false`).
+    pub truncate: bool,
+    /// A request not answered within this time is answered 504 (a request still queued at
+    /// that point is never run).
+    pub request_timeout: Duration,
+    /// The batch queue of each model (each model gets its own queue with these settings).
+    pub batch: BatchConfig,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
+            max_body_bytes: 4 << 20,
+            max_inputs: 256,
+            max_seq_len: None,
+            truncate: false,
+            request_timeout: Duration::from_secs(30),
+            batch: BatchConfig {
+                max_batch_size: 32,
+                max_wait: Duration::from_millis(2),
+                max_queue: 1024,
+                workers: 2,
+                buckets: Vec::new(),
+            },
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Checks that every limit is positive and the batch settings are valid.
+    pub fn validate(&self) -> crate::Result<()> {
+        let positive = [
+            ("max_body_bytes", self.max_body_bytes),
+            ("max_inputs", self.max_inputs),
+            ("max_seq_len", self.max_seq_len.unwrap_or(1)),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(crate::Error::Config(format!("{name} must be at least 1")));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(crate::Error::Config(
+                "request_timeout must be positive".into(),
+            ));
+        }
+        self.batch.validate().map_err(crate::Error::Batch)
+    }
+}

@@ -1,0 +1,103 @@
+//! The error type of the server: startup failures and every way a request can fail, each
+//! with the HTTP status it is answered with.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use streampool_batch::BatchError;
+
+/// What starting the server or serving a request can fail with.
+///
+/// As a response ([`IntoResponse`]) it is the KServe v2 error format, `{"error": "..."}`,
+/// with the status of [`Error::status`]; the OpenAI route wraps it in OpenAI's format instead.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is malformed: bad JSON, a wrong shape or datatype, too many inputs, an
+    /// input too long (when not truncating). Answered 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No model, input or output of that name. Answered 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request body is larger than the configured limit. Answered 413.
+    #[error("request body larger than the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The configured `max_body_bytes`.
+        limit: usize,
+    },
+    /// The model's batch queue is full, or shutting down: retry later. Answered 503 with
+    /// `Retry-After`.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The request was not answered within the configured timeout. Answered 504.
+    #[error("request timed out: {0}")]
+    Timeout(String),
+    /// The model failed on the batch that held this request. Answered 500.
+    #[error("{0}")]
+    Internal(String),
+    /// Loading a model failed (at startup).
+    #[error("loading a model: {0}")]
+    Model(#[from] streampool_nn::Error),
+    /// The runtime failed (at startup).
+    #[error("runtime: {0}")]
+    Runtime(#[from] streampool::Error),
+    /// A batch queue could not be created (at startup).
+    #[error("batch queue: {0}")]
+    Batch(BatchError),
+    /// The server configuration is invalid (at startup).
+    #[error("configuration: {0}")]
+    Config(String),
+    /// Binding or serving the socket failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The HTTP status a request failing with this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Maps a batch-queue answer to the error a client sees: a full queue is 503 (shed load,
+    /// never wait), a passed deadline 504, a refused input 400, a failed batch 500.
+    pub fn from_batch(e: BatchError) -> Self {
+        match e {
+            BatchError::QueueFull { .. } | BatchError::ShutDown => {
+                Error::Unavailable(e.to_string())
+            }
+            BatchError::DeadlineExceeded => Error::Timeout(e.to_string()),
+            BatchError::InputTooLong { .. } | BatchError::InvalidInput(_) => {
+                Error::BadRequest(e.to_string())
+            }
+            other => Error::Internal(other.to_string()),
+        }
+    }
+
+    /// The response with `body` as JSON, this error's status, and `Retry-After` on 503.
+    pub(crate) fn respond_with(&self, body: serde_json::Value) -> Response {
+        let mut resp = (self.status(), axum::Json(body)).into_response();
+        if self.status() == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        if self.status().is_server_error() {
+            tracing::warn!(error = %self, "request failed");
+        }
+        self.respond_with(serde_json::json!({ "error": self.to_string() }))
+    }
+}

@@ -1,0 +1,59 @@
+//! # streampool-serve
+//!
+//! An HTTP inference server over the streampool runtime (axum on tokio). Every model gets
+//! its own [`BatchQueue`](streampool_batch::BatchQueue): concurrent requests are batched,
+//! each runs on a worker's own stream, and each client gets its own answer back. Handlers
+//! never block the async workers: they submit to the queue and await its answer.
+//!
+//! | route | what |
+//! |-------|------|
+//! | `GET /v2/health/live`, `GET /v2/health/ready` | KServe v2 health |
+//! | `GET /v2`, `GET /v2/models/{name}`, `GET /v2/models/{name}/ready` | server and model metadata, readiness |
+//! | `POST /v2/models/{name}/infer` | KServe v2 inference: JSON tensors or the binary-data extension |
+//! | `POST /v1/embeddings` | OpenAI-compatible embeddings (strings or token ids; float or base64) |
+//! | `GET /metrics` | Prometheus: requests, errors, latency, queue depth, batch sizes |
+//!
+//! Models ([`ModelSpec`]): a sentence embedder (`text` BYTES `[N]`, or `input_ids` INT64
+//! `[N, S]` with an optional `attention_mask`, to `embedding` FP32 `[N, dim]`) and row-wise
+//! tensor models such as the demo MLP (`input` FP32 `[N, in]` to `output` FP32 `[N, out]`).
+//!
+//! Errors ([`Error`]): bad input 400 (`{"error": "..."}`), unknown model 404, body over the
+//! limit 413, full queue 503 with `Retry-After`, timeout 504. Shutdown
+//! ([`ServerHandle::shutdown`], or SIGINT/SIGTERM with [`ServerHandle::run_until_signal`])
+//! answers every request already accepted.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::sync::Arc;
+//! use streampool::Device;
+//! use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+//! use streampool_serve::{ModelSpec, ServeConfig, Server};
+//!
+//! let embedder = Arc::new(SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap());
+//! let config = ServeConfig { addr: "127.0.0.1:0".parse().unwrap(), ..Default::default() };
+//! let server = Server::start(config, vec![ModelSpec::Embedder { name: "tiny-bert".into(), embedder }])
+//!     .await
+//!     .unwrap();
+//! println!("listening on {}", server.addr());
+//! server.shutdown().await.unwrap();
+//! # }
+//! ```
+
+mod config;
+mod error;
+pub mod kserve;
+mod metrics;
+mod models;
+mod openai;
+mod server;
+
+pub use config::ServeConfig;
+pub use error::{Error, Result};
+pub use metrics::Metrics;
+pub use models::{
+    EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,
+};
+pub use server::{router, AppState, Server, ServerHandle};
+/// The batch-queue settings of [`ServeConfig::batch`], re-exported for convenience.
+pub use streampool_batch::BatchConfig;

@@ -1,0 +1,213 @@
+//! `POST /v1/embeddings`, compatible with the OpenAI embeddings API.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::models::ServedModel;
+use crate::server::AppState;
+use crate::{Error, Result};
+
+/// Texts longer than this in total are tokenized on the blocking pool, not on the async
+/// workers: tokenizing takes about a microsecond per byte.
+const INLINE_TOKENIZE_BYTES: usize = 16 << 10;
+
+#[derive(Deserialize)]
+struct EmbeddingsRequest {
+    input: Value,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    encoding_format: Option<String>,
+    #[serde(default)]
+    dimensions: Option<usize>,
+}
+
+/// An error in OpenAI's format: `{"error": {"message", "type", "param", "code"}}`.
+pub struct OpenAiError(pub Error);
+
+impl From<Error> for OpenAiError {
+    fn from(e: Error) -> Self {
+        Self(e)
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        let kind = if self.0.status().is_client_error() {
+            "invalid_request_error"
+        } else {
+            "server_error"
+        };
+        if self.0.status().is_server_error() {
+            tracing::warn!(error = %self.0, "embeddings request failed");
+        }
+        self.0.respond_with(json!({
+            "error": {
+                "message": self.0.to_string(),
+                "type": kind,
+                "param": null,
+                "code": self.0.status().as_u16(),
+            }
+        }))
+    }
+}
+
+/// `POST /v1/embeddings`: `input` is a string, a list of strings, a list of token ids or a
+/// list of such lists; `model` names an embedder (default: the first one served);
+/// `encoding_format` is `float` (default) or `base64` (little-endian f32, as the `openai`
+/// Python client asks by default). `usage` counts the tokens embedded, special tokens
+/// included.
+pub async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Response, OpenAiError> {
+    let body = body.map_err(|r| state.body_error(r))?;
+    let req: EmbeddingsRequest = serde_json::from_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("malformed embeddings request: {e}")))?;
+    let name = match req.model.as_deref() {
+        Some(name) => name.to_string(),
+        None => state
+            .registry
+            .first_embedder()
+            .ok_or_else(|| Error::NotFound("no embedding model is served".into()))?
+            .to_string(),
+    };
+    let model = state.registry.get(&name)?;
+    let ServedModel::Embedder(e) = &*model else {
+        return Err(Error::BadRequest(format!("model {name:?} is not an embedding model")).into());
+    };
+    if let Some(d) = req.dimensions {
+        if d != e.dim() {
+            return Err(Error::BadRequest(format!(
+                "dimensions {d} not supported: model {name:?} gives {}",
+                e.dim()
+            ))
+            .into());
+        }
+    }
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(Error::BadRequest(format!(
+                "encoding_format {other:?}: expected \"float\" or \"base64\""
+            ))
+            .into())
+        }
+    };
+    let ids = match parse_input(req.input)? {
+        Input::Texts(texts) => {
+            check_count(&state, texts.len())?;
+            tokenize_all(&model, texts).await?
+        }
+        Input::Tokens(rows) => {
+            check_count(&state, rows.len())?;
+            rows.into_iter()
+                .map(|r| e.check_ids(r))
+                .collect::<Result<Vec<_>>>()?
+        }
+    };
+    let tokens: usize = ids.iter().map(Vec::len).sum();
+    let deadline = Instant::now() + state.config.request_timeout;
+    let vectors = e.embed(ids, deadline).await?;
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response())
+}
+
+enum Input {
+    Texts(Vec<String>),
+    Tokens(Vec<Vec<i64>>),
+}
+
+fn parse_input(input: Value) -> Result<Input> {
+    let wrong = || {
+        Error::BadRequest(
+            "input must be a string, a list of strings, a list of token ids or a list of lists of token ids"
+                .into(),
+        )
+    };
+    let ints = |items: &[Value]| -> Result<Vec<i64>> {
+        items.iter().map(|v| v.as_i64().ok_or_else(wrong)).collect()
+    };
+    match input {
+        Value::String(s) => Ok(Input::Texts(vec![s])),
+        Value::Array(items) => match items.first() {
+            None => Err(Error::BadRequest("input is an empty list".into())),
+            Some(Value::String(_)) => items
+                .into_iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s),
+                    _ => Err(wrong()),
+                })
+                .collect::<Result<_>>()
+                .map(Input::Texts),
+            Some(Value::Number(_)) => Ok(Input::Tokens(vec![ints(&items)?])),
+            Some(Value::Array(_)) => items
+                .iter()
+                .map(|row| row.as_array().ok_or_else(wrong).and_then(|r| ints(r)))
+                .collect::<Result<_>>()
+                .map(Input::Tokens),
+            Some(_) => Err(wrong()),
+        },
+        _ => Err(wrong()),
+    }
+}
+
+fn check_count(state: &AppState, n: usize) -> Result<()> {
+    if n > state.config.max_inputs {
+        return Err(Error::BadRequest(format!(
+            "{n} inputs exceed the maximum of {} per request",
+            state.config.max_inputs
+        )));
+    }
+    Ok(())
+}
+
+/// Tokenizes `texts` with the embedder `model`: inline when short, on the blocking pool when
+/// long, so an async worker is never held for long.
+pub(crate) async fn tokenize_all(
+    model: &Arc<ServedModel>,
+    texts: Vec<String>,
+) -> Result<Vec<Vec<i64>>> {
+    fn run(model: &ServedModel, texts: &[String]) -> Result<Vec<Vec<i64>>> {
+        match model {
+            ServedModel::Embedder(e) => texts.iter().map(|t| e.tokenize(t)).collect(),
+            ServedModel::Tensor(_) => Err(Error::BadRequest("not an embedding model".into())),
+        }
+    }
+    let bytes: usize = texts.iter().map(String::len).sum();
+    if bytes <= INLINE_TOKENIZE_BYTES {
+        return run(model, &texts);
+    }
+    let model = model.clone();
+    tokio::task::spawn_blocking(move || run(&model, &texts))
+        .await
+        .map_err(|e| Error::Internal(format!("tokenizer task failed: {e}")))?
+}

@@ -1,0 +1,206 @@
+//! The router, the shared state its handlers see, and starting and stopping a server.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::metrics::{self, Metrics};
+use crate::models::{ModelSpec, Registry};
+use crate::{kserve, openai, Error, Result, ServeConfig};
+
+/// What every handler shares: the models, the settings and the metrics.
+pub struct AppState {
+    pub(crate) registry: Registry,
+    pub(crate) config: ServeConfig,
+    pub(crate) metrics: Metrics,
+    /// Set once shutdown begins: readiness then answers 503 so balancers stop sending.
+    shutting_down: AtomicBool,
+}
+
+impl AppState {
+    /// Validates `config` and starts one batch queue per model.
+    pub fn new(config: ServeConfig, models: Vec<ModelSpec>) -> Result<Arc<Self>> {
+        config.validate()?;
+        let registry = Registry::new(models, &config)?;
+        Ok(Arc::new(Self {
+            registry,
+            config,
+            metrics: Metrics::default(),
+            shutting_down: AtomicBool::new(false),
+        }))
+    }
+
+    /// The served models.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub(crate) fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// A body the extractor refused: over the size limit (413) or unreadable (400).
+    pub(crate) fn body_error(&self, r: BytesRejection) -> Error {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Error::PayloadTooLarge {
+                limit: self.config.max_body_bytes,
+            }
+        } else {
+            Error::BadRequest(r.body_text())
+        }
+    }
+}
+
+/// Every route of the server on `state`: KServe v2 under `/v2`, `/v1/embeddings`, and
+/// `/metrics`.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v2", get(kserve::server_metadata))
+        .route("/v2/health/live", get(kserve::live))
+        .route("/v2/health/ready", get(kserve::ready))
+        .route("/v2/models/{name}", get(kserve::model_metadata))
+        .route("/v2/models/{name}/ready", get(kserve::model_ready))
+        .route("/v2/models/{name}/infer", post(kserve::infer))
+        .route(
+            "/v2/models/{name}/versions/{version}",
+            get(kserve::model_version_metadata),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/ready",
+            get(kserve::model_version_ready),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/infer",
+            post(kserve::infer_version),
+        )
+        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/metrics", get(metrics::scrape))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .fallback(kserve::fallback)
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .with_state(state)
+}
+
+/// Starts servers.
+pub struct Server;
+
+impl Server {
+    /// Loads the models' queues, binds `config.addr` and serves on the current tokio runtime
+    /// until [`ServerHandle::shutdown`]. Port 0 binds a free port; [`ServerHandle::addr`]
+    /// says which.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::sync::Arc;
+    /// use streampool::Device;
+    /// use streampool_serve::{ModelSpec, ServeConfig, Server, TensorModel};
+    /// let config = ServeConfig { addr: "127.0.0.1:0".parse().unwrap(), ..Default::default() };
+    /// let mlp = TensorModel::mlp(&Device::cpu(), 8, 1).unwrap();
+    /// let server = Server::start(config, vec![ModelSpec::Tensor { name: "mlp".into(), model: mlp }])
+    ///     .await
+    ///     .unwrap();
+    /// assert_ne!(server.addr().port(), 0);
+    /// server.shutdown().await.unwrap();
+    /// # }
+    /// ```
+    pub async fn start(config: ServeConfig, models: Vec<ModelSpec>) -> Result<ServerHandle> {
+        let addr = config.addr;
+        let state = AppState::new(config, models)?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let app = router(state.clone());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    // A dropped sender (the handle went away) shuts down too.
+                    let _ = rx.await;
+                })
+                .await
+        });
+        let names: Vec<&str> = state.registry.iter().map(|(n, _)| n).collect();
+        tracing::info!(%addr, models = ?names, "serving");
+        Ok(ServerHandle {
+            addr,
+            state,
+            stop: tx,
+            task,
+        })
+    }
+}
+
+/// A running server: its address, and how to stop it.
+pub struct ServerHandle {
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl ServerHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The shared state (models, metrics).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// Graceful shutdown: readiness turns 503, the listener closes, every request already
+    /// accepted is answered, then the models' queues drain and their workers stop.
+    pub async fn shutdown(self) -> Result<()> {
+        tracing::info!("shutting down: answering the requests in flight");
+        self.state.shutting_down.store(true, Ordering::Release);
+        // The server may have ended on its own (an I/O error); its result says so below.
+        let _ = self.stop.send(());
+        let served = self
+            .task
+            .await
+            .map_err(|e| Error::Internal(format!("server task failed: {e}")))?;
+        // Joining the queues' worker threads blocks: do it off the async workers.
+        let state = self.state;
+        tokio::task::spawn_blocking(move || drop(state))
+            .await
+            .map_err(|e| Error::Internal(format!("stopping the queues failed: {e}")))?;
+        tracing::info!("stopped");
+        Ok(served?)
+    }
+
+    /// Serves until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully.
+    pub async fn run_until_signal(self) -> Result<()> {
+        wait_for_signal().await?;
+        self.shutdown().await
+    }
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() -> Result<()> {
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
