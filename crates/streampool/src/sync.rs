@@ -45,8 +45,7 @@ mod imp {
         /// `wait_timeout` never times out, which would deadlock code that relies on the
         /// timeout. That is one legal outcome of a real timed wait (time ran out while others
         /// ran); callers must treat `true` as "the time is up" rather than re-read a clock.
-        /// This is why `mutex` is passed. (No `yield_now` between: at preemption bound 5 it
-        /// tripped loom's own "expected to be able to acquire lock" assertion.)
+        /// This is why `mutex` is passed.
         pub fn wait_timeout<'a, T>(
             &self,
             mutex: &'a Mutex<T>,
