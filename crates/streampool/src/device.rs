@@ -27,6 +27,8 @@ pub struct DeviceConfig {
     pub pool_size: usize,
     /// Most bytes the caching allocator may reserve; `None` for no limit but the device's.
     pub memory_limit: Option<usize>,
+    /// When the runtime records the events behind cross-stream safety.
+    pub events: EventPolicy,
 }
 
 impl Default for DeviceConfig {
@@ -34,8 +36,26 @@ impl Default for DeviceConfig {
         Self {
             pool_size: 32,
             memory_limit: None,
+            events: EventPolicy::Auto,
         }
     }
+}
+
+/// When the events that make cross-stream use safe are recorded. Both policies are safe;
+/// they trade event cost against how early another stream may proceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventPolicy {
+    /// The backend's choice: eager on the CPU (an event is a counter read), lazy on CUDA
+    /// (an event is a driver call).
+    #[default]
+    Auto,
+    /// Record a write event after every op and a guard event for every freed block: other
+    /// streams wait exactly as long as needed.
+    Eager,
+    /// Record write events only when another stream first reads, and free guards only when
+    /// another stream needs the block (one event then covers all of a stream's freed blocks):
+    /// fewest events, but another stream may wait for later work of the same stream.
+    Lazy,
 }
 
 pub(crate) struct DeviceInner {
@@ -47,6 +67,7 @@ pub(crate) struct DeviceInner {
     // joined) before the allocator returns memory to the backend.
     pool: StreamPool,
     allocator: CachingAllocator,
+    eager_events: bool,
 }
 
 /// A device: CPU or GPU, with its pool of streams and its caching allocator. Cheap to clone
@@ -100,6 +121,11 @@ impl Device {
         let memory: Arc<dyn crate::backend::BackendMemory> = backend.clone();
         let allocator =
             CachingAllocator::new(memory, name.clone(), config.pool_size, config.memory_limit);
+        let eager_events = match config.events {
+            EventPolicy::Auto => backend.cheap_events(),
+            EventPolicy::Eager => true,
+            EventPolicy::Lazy => false,
+        };
         Ok(Device(Arc::new(DeviceInner {
             id,
             kind,
@@ -107,6 +133,7 @@ impl Device {
             backend,
             pool,
             allocator,
+            eager_events,
         })))
     }
 
@@ -202,8 +229,9 @@ impl Device {
         &self.0.pool
     }
 
-    pub(crate) fn cheap_events(&self) -> bool {
-        self.0.backend.cheap_events()
+    /// Whether events are recorded eagerly (see [`EventPolicy`]).
+    pub(crate) fn eager_events(&self) -> bool {
+        self.0.eager_events
     }
 
     #[allow(dead_code)]

@@ -53,7 +53,7 @@ pub mod tensor;
 mod loom_tests;
 
 pub use allocator::AllocatorStats;
-pub use device::{Device, DeviceConfig, DeviceKind};
+pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use event::Event;

@@ -185,7 +185,7 @@ fn loom_allocator_cross_stream_reuse() {
             block,
             vec![Guard {
                 stream: 2,
-                event: guard_event,
+                event: Some(guard_event),
             }],
         );
 
@@ -231,7 +231,7 @@ fn loom_allocator_no_double_handout() {
             warm,
             vec![Guard {
                 stream: 1,
-                event: done,
+                event: Some(done),
             }],
         );
         let threads: Vec<_> = (1..3)

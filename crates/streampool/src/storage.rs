@@ -1,29 +1,41 @@
 //! Storage: a block of device memory plus the tracking that makes cross-stream use safe.
 //!
 //! Tensors are immutable: a storage is written once, by the op that created it, on one
-//! stream (the *writer*). Every stream that reads it is remembered. Reading on another stream
-//! first makes that stream wait on the writer's event; dropping the storage records an event
-//! on every stream that used it and hands those to the allocator as guards, so the block is
-//! reused on another stream only after all of them have passed. Users never call
+//! stream (the *writer*). Every stream that uses it is remembered. Using it on another stream
+//! first makes that stream wait on the writer's event (skipped once the write is known done);
+//! dropping the storage hands the allocator one guard per stream that used it, so the block
+//! is reused on another stream only after all of them have passed. Users never call
 //! `record_stream`.
+//!
+//! The per-op path is lock-free in the common cases: uses of slots below 64 are bits of an
+//! atomic mask, and a write known to be complete is a flag.
 
 use crate::allocator::{Block, Guard};
 use crate::backend::{BackendEvent, DevicePtr};
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{Device, Result, Stream};
 
+/// Slots tracked in the atomic use mask; larger pools spill into `Track::more_uses`.
+const MASK_SLOTS: usize = 64;
+
+#[derive(Default)]
 struct Track {
-    writer: usize,
-    /// The writer's event; recorded eagerly where events are cheap, else on first foreign read.
+    /// The writer's event; recorded eagerly (see `EventPolicy`), else on first foreign use.
     write_event: Option<Arc<dyn BackendEvent>>,
-    /// Pool slots of the streams that used the storage (writer included).
-    uses: Vec<usize>,
+    /// Uses of slots `>= MASK_SLOTS`.
+    more_uses: Vec<usize>,
 }
 
 pub(crate) struct Storage {
     device: Device,
     block: Option<Block>,
-    /// Held while noting a use or recording the lazy write event; never across a host wait.
+    writer: usize,
+    /// Bit `s` set: stream slot `s` used the storage. Relaxed suffices: it is read only in
+    /// `drop`, which the last `Arc<Storage>` release orders after every use.
+    uses: AtomicU64,
+    /// The write has been observed complete: later foreign uses need no event at all.
+    write_done: AtomicBool,
+    /// Held to record or fetch the lazy write event and for slots past the mask; briefly.
     track: Mutex<Track>,
 }
 
@@ -35,19 +47,22 @@ impl Storage {
         writer: &Stream,
         write_event: Option<Arc<dyn BackendEvent>>,
     ) -> Self {
-        let track = Track {
-            writer: writer.index(),
-            write_event,
-            uses: vec![writer.index()],
-        };
-        Self {
+        let storage = Self {
             device,
             block: Some(block),
-            track: Mutex::new(track),
-        }
+            writer: writer.index(),
+            uses: AtomicU64::new(0),
+            write_done: AtomicBool::new(false),
+            track: Mutex::new(Track {
+                write_event,
+                more_uses: Vec::new(),
+            }),
+        };
+        storage.note_use(writer.index());
+        storage
     }
 
-    /// Sets the write event once the producing work has been queued (eager-event backends).
+    /// Sets the write event once the producing work has been queued (eager-event policy).
     pub(crate) fn with_write_event(self, event: Arc<dyn BackendEvent>) -> Self {
         self.track.lock().write_event = Some(event);
         self
@@ -62,31 +77,56 @@ impl Storage {
         self.block.as_ref().map(|b| b.ptr).unwrap_or(DevicePtr(0))
     }
 
-    /// Prepares a read (or any use) on `stream`: notes the use and, if the storage was written
-    /// on another stream, makes `stream` wait for that write.
+    fn note_use(&self, s: usize) {
+        if s < MASK_SLOTS {
+            let bit = 1u64 << s;
+            if self.uses.load(Ordering::Relaxed) & bit == 0 {
+                self.uses.fetch_or(bit, Ordering::Relaxed);
+            }
+        } else {
+            let mut t = self.track.lock();
+            if !t.more_uses.contains(&s) {
+                t.more_uses.push(s);
+            }
+        }
+    }
+
+    /// Prepares a use on `stream`: notes it and, if the storage was written on another stream
+    /// and the write is not known to be done, makes `stream` wait for it.
     pub(crate) fn prepare_use(&self, stream: &Stream) -> Result<()> {
         let s = stream.index();
+        self.note_use(s);
+        // Acquire pairs with the Release below: whoever saw the write complete published it.
+        if self.writer == s || self.write_done.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let event = {
             let mut t = self.track.lock();
-            if !t.uses.contains(&s) {
-                t.uses.push(s);
-            }
-            if t.writer == s {
-                return Ok(());
-            }
             match &t.write_event {
                 Some(e) => e.clone(),
                 None => {
-                    let e = self.device.pool().get(t.writer)?.record(false)?;
+                    let e = self.device.pool().get(self.writer)?.record(false)?;
                     t.write_event = Some(e.clone());
                     e
                 }
             }
         };
-        if !event.query() {
+        if event.query() {
+            self.write_done.store(true, Ordering::Release);
+        } else {
             stream.inner.wait(&event)?;
         }
         Ok(())
+    }
+
+    /// Slots of every stream that used the storage.
+    fn used_slots(&mut self) -> Vec<usize> {
+        let mask = self.uses.load(Ordering::Relaxed);
+        let mut slots: Vec<usize> = (0..MASK_SLOTS)
+            .filter(|&s| mask & (1u64 << s) != 0)
+            .collect();
+        slots.extend(std::mem::take(&mut self.track.lock().more_uses));
+        slots
     }
 }
 
@@ -95,11 +135,25 @@ impl Drop for Storage {
         let Some(block) = self.block.take() else {
             return;
         };
-        let uses = std::mem::take(&mut self.track.lock().uses);
+        let uses = self.used_slots();
+        let pool = self.device.pool();
+        if !self.device.eager_events() && uses == [block.stream] {
+            // Used only on its own stream: no event now (see `CachingAllocator::free_lazy`).
+            match pool.get(block.stream) {
+                Ok(stream) => self.device.allocator().free_lazy(block, stream),
+                Err(e) => {
+                    tracing::error!(error = %e, "lost a stream; leaking {} bytes", block.size)
+                }
+            }
+            return;
+        }
         let mut guards = Vec::with_capacity(uses.len());
         for s in uses {
-            match self.device.pool().get(s).and_then(|st| st.record(false)) {
-                Ok(event) => guards.push(Guard { stream: s, event }),
+            match pool.get(s).and_then(|st| st.record(false)) {
+                Ok(event) => guards.push(Guard {
+                    stream: s,
+                    event: Some(event),
+                }),
                 Err(e) => {
                     // Without an event we cannot prove the block idle: leak it rather than risk reuse.
                     tracing::error!(error = %e, "could not record a free event; leaking {} bytes", block.size);

@@ -17,6 +17,14 @@
 //!    request fails with [`Error::OutOfMemory`]. A request larger than the whole limit fails
 //!    at once, without touching the cache.
 //!
+//! **Lazy guards.** Where events cost a driver call (CUDA), a block used by one stream only
+//! is freed with a *lazy* guard: no event, just "stream `t` used it up to now". Its own
+//! stream reuses it at once (stream order covers it), so a thread running on its own stream
+//! records no event at all in steady state. When another stream needs memory and finds
+//! nothing ready, the allocator *resolves* lazy guards: one event per stream covers all of
+//! that stream's lazily freed blocks. (The profile of the first H100 runs showed one event
+//! per freed block was what stopped per-thread throughput from scaling.)
+//!
 //! One mutex guards the lists and statistics; it is held for list operations and event
 //! queries only, never across a host wait on an event.
 
@@ -40,10 +48,19 @@ pub(crate) struct Block {
     pub(crate) stream: usize,
 }
 
-/// "Stream `stream` used the block up to `event`."
+/// "Stream `stream` used the block up to `event`"; `event: None` is a lazy guard ("up to the
+/// time of the free"), turned into an event by [`State::resolve`] before another stream may
+/// use the block.
 pub(crate) struct Guard {
     pub(crate) stream: usize,
-    pub(crate) event: Arc<dyn BackendEvent>,
+    pub(crate) event: Option<Arc<dyn BackendEvent>>,
+}
+
+impl Guard {
+    /// Whether the guarded work is known to be done (a lazy guard never is).
+    fn done(&self) -> bool {
+        self.event.as_ref().is_some_and(|e| e.query())
+    }
 }
 
 struct FreeBlock {
@@ -57,7 +74,7 @@ impl FreeBlock {
     /// and on CUDA each query is a driver call made under the allocator's mutex (the GPU
     /// profile showed alloc+free ops scaling negatively with threads while it was).
     fn ready_for(&mut self, s: usize) -> bool {
-        self.guards.retain(|g| g.stream == s || !g.event.query());
+        self.guards.retain(|g| g.stream == s || !g.done());
         self.guards.iter().all(|g| g.stream == s)
     }
 }
@@ -85,11 +102,15 @@ pub struct AllocatorStats {
     pub backend_allocs: u64,
     /// Blocks returned to the backend.
     pub backend_frees: u64,
+    /// Events the allocator recorded to resolve lazy guards (one covers a whole stream).
+    pub guard_resolutions: u64,
 }
 
 struct State {
     /// `free[stream][size_class]`: cached blocks owned by each stream slot.
     free: Vec<HashMap<usize, Vec<FreeBlock>>>,
+    /// Per stream slot: its handle (to record resolving events) while it has lazy guards.
+    lazy: Vec<Option<Arc<dyn BackendStream>>>,
     stats: AllocatorStats,
 }
 
@@ -118,14 +139,56 @@ impl State {
         None
     }
 
+    /// Records one event on each stream (other than `except`) that has lazily freed blocks
+    /// and gives it to all of them. A failed record leaves that stream's guards lazy (its
+    /// blocks stay reusable on their own stream only).
+    fn resolve(&mut self, except: Option<usize>) {
+        for t in 0..self.lazy.len() {
+            if Some(t) == except {
+                continue;
+            }
+            let Some(stream) = self.lazy[t].take() else {
+                continue;
+            };
+            let event = match stream.record(false) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(error = %e, stream = t, "could not resolve lazy free guards");
+                    self.lazy[t] = Some(stream);
+                    continue;
+                }
+            };
+            self.stats.guard_resolutions += 1;
+            for lists in &mut self.free {
+                for b in lists.values_mut().flatten() {
+                    for g in b
+                        .guards
+                        .iter_mut()
+                        .filter(|g| g.stream == t && g.event.is_none())
+                    {
+                        g.event = Some(event.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn has_lazy(&self, except: usize) -> bool {
+        self.lazy
+            .iter()
+            .enumerate()
+            .any(|(t, l)| t != except && l.is_some())
+    }
+
     /// Removes every cached block whose guards have all completed.
     fn drain_completed(&mut self) -> Vec<(DevicePtr, usize)> {
+        self.resolve(None);
         let mut out = Vec::new();
         for lists in &mut self.free {
             for (&size, list) in lists.iter_mut() {
                 let mut i = 0;
                 while i < list.len() {
-                    list[i].guards.retain(|g| !g.event.query());
+                    list[i].guards.retain(|g| !g.done());
                     if list[i].guards.is_empty() {
                         out.push((list.swap_remove(i).ptr, size));
                     } else {
@@ -160,6 +223,7 @@ impl CachingAllocator {
             limit,
             state: Mutex::new(State {
                 free,
+                lazy: (0..streams).map(|_| None).collect(),
                 stats: AllocatorStats::default(),
             }),
         }
@@ -181,7 +245,14 @@ impl CachingAllocator {
                 // events, so one oversized request does not slow or starve other threads.
                 return Err(self.out_of_memory(bytes, &st));
             }
-            if let Some((ptr, cross)) = st.take_ready(s, size) {
+            let mut found = st.take_ready(s, size);
+            if found.is_none() && st.has_lazy(s) {
+                // Nothing ready: give other streams' lazily freed blocks their events; those
+                // streams may well be idle already, so try again.
+                st.resolve(Some(s));
+                found = st.take_ready(s, size);
+            }
+            if let Some((ptr, cross)) = found {
                 st.stats.cache_hits += 1;
                 st.stats.cross_stream_reuses += cross as u64;
                 st.note_alloc(size);
@@ -225,8 +296,18 @@ impl CachingAllocator {
             found
         };
         if let Some((owner, block)) = pending {
+            // `drain_completed` above resolved every lazy guard; one whose record failed
+            // leaves `None` here, which no wait can cover, so that counts as a failed wait.
             for g in block.guards.iter().filter(|g| g.stream != s) {
-                if let Err(e) = stream.wait(&g.event) {
+                let waited = match &g.event {
+                    Some(event) => stream.wait(event),
+                    None => Err(Error::Backend {
+                        device: self.device_name.clone(),
+                        msg: "could not record an event to reuse a block from another stream"
+                            .into(),
+                    }),
+                };
+                if let Err(e) = waited {
                     // Its users may still be running: back to its list with every guard,
                     // never as an idle block.
                     let mut st = self.state.lock();
@@ -252,8 +333,8 @@ impl CachingAllocator {
                 .iter()
                 .flat_map(|lists| lists.values().flatten())
                 .flat_map(|b| b.guards.iter())
-                .filter(|g| !g.event.query())
-                .map(|g| g.event.clone())
+                .filter(|g| !g.done())
+                .filter_map(|g| g.event.clone())
                 .collect()
         };
         // No lock held here: host waits happen outside the allocator mutex.
@@ -329,8 +410,26 @@ impl CachingAllocator {
         }
     }
 
+    /// Returns a block used only by its own allocation stream `stream`, with a lazy guard:
+    /// no event now; one is recorded only if another stream comes to need the block.
+    pub(crate) fn free_lazy(&self, block: Block, stream: Arc<dyn BackendStream>) {
+        let slot = block.stream;
+        let mut st = self.state.lock();
+        if let Some(l) = st.lazy.get_mut(slot) {
+            l.get_or_insert(stream);
+        }
+        drop(st);
+        self.free(
+            block,
+            vec![Guard {
+                stream: slot,
+                event: None,
+            }],
+        );
+    }
+
     /// Returns `block` to the cache. `guards` holds an event recorded, at the time of the
-    /// free, on every stream that used the block.
+    /// free, on every stream that used the block (or lazy guards, see [`Self::free_lazy`]).
     pub(crate) fn free(&self, block: Block, guards: Vec<Guard>) {
         let mut st = self.state.lock();
         st.stats.allocated -= block.size;
@@ -357,13 +456,17 @@ impl CachingAllocator {
 
 impl Drop for CachingAllocator {
     fn drop(&mut self) {
-        // The device (and its streams, which join their workers) is gone by now, so every
-        // guard has completed; anything still pending would be a bug, so leak rather than free.
+        // The device's stream pool is dropped before its allocator (field order in
+        // `DeviceInner`) and dropping a stream finishes its queued work, so every guard is
+        // done by now, lazy ones included; a pending event would be a bug: leak, not free.
         let mut st = self.state.lock();
         for lists in st.free.drain(..) {
             for (size, list) in lists {
                 for b in list {
-                    if b.guards.iter().all(|g| g.event.query()) {
+                    if b.guards
+                        .iter()
+                        .all(|g| g.event.as_ref().is_none_or(|e| e.query()))
+                    {
                         // SAFETY: came from `alloc(size)`; no stream uses it (all guards done).
                         unsafe { self.memory.free(b.ptr, size) };
                     }

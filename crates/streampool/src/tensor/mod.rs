@@ -93,7 +93,7 @@ pub(crate) fn launch_on(
     // their blocks until this stream passes the guard recorded when they are freed); outputs
     // are fresh blocks of the right size; cross-stream writers were waited for above.
     let launched = unsafe { stream.inner.launch(kernel) };
-    let event = if launched.is_ok() && device.cheap_events() {
+    let event = if launched.is_ok() && device.eager_events() {
         Some(stream.inner.record(false)?)
     } else {
         None
@@ -156,7 +156,7 @@ impl Tensor {
         // SAFETY: the block holds at least `bytes.len()` bytes and stays allocated (the storage
         // is alive, and once freed its guard covers this copy).
         unsafe { stream.inner.copy_from_host(bytes, ptr)? };
-        let storage = if device.cheap_events() {
+        let storage = if device.eager_events() {
             let block_event = stream.inner.record(false)?;
             storage.with_write_event(block_event)
         } else {
