@@ -46,7 +46,7 @@ mod shared;
 mod slot;
 mod stats;
 
-#[cfg(loom)]
+#[cfg(all(test, loom))]
 mod loom_tests;
 
 pub use batch_queue::BatchQueue;

@@ -1,5 +1,9 @@
 //! RowModel with a real tensor MLP on the CPU device: batched rows equal rows run alone.
 
+// Built only without `--cfg loom`: loom types panic outside a loom model, and tokio has
+// its own loom mode.
+#![cfg(not(loom))]
+
 use std::time::Duration;
 
 use streampool::{Activation, Device, Tensor};
