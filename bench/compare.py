@@ -119,7 +119,11 @@ def main():
             most = max(r["callers"] for r in bq)
             cands = [r for r in bq if r["callers"] == most and r.get("ceiling_fraction") is not None]
             if cands:
-                best = max(cands, key=lambda r: r["ceiling_fraction"])
+                # The configuration that meets both targets with the most throughput; if none
+                # does, the one closest to the ceiling.
+                both = [r for r in cands if r["ceiling_fraction"] >= 0.9 and r.get("p99_within_bound")]
+                best = (max(both, key=lambda r: r["throughput_per_s"]) if both
+                        else max(cands, key=lambda r: r["ceiling_fraction"]))
                 cfg = f"max_batch {best['batch']}, max_wait {best['max_wait_ms']:g} ms"
                 checks.append((f"{w} BatchQueue, {most} callers, best config ({cfg}): >= 90% of the "
                                f"ceiling at batch {best['batch']} ({rate(best['throughput_per_s'])} vs "
@@ -132,7 +136,9 @@ def main():
                             key=lambda r: r["throughput_per_s"], default=None)
             st = pick(T, w, "ceiling")
             st_best = max(st, key=lambda r: r["throughput_per_s"], default=None)
-            st_one = next(iter(pick(T, w, "ceiling", batch=1)), None)
+            # One sentence at a time: the better of encode(batch 1) and one thread (conservative).
+            singles = pick(T, w, "ceiling", batch=1) + pick(T, w, "threading", threads=1)
+            st_one = max(singles, key=lambda r: r["throughput_per_s"], default=None)
             if ours_best and st_best:
                 checks.append((f"{w}: best embeddings/s >= 2x sentence-transformers' best batch size "
                                f"({rate(ours_best['throughput_per_s'])}, {ours_best['scenario']} batch "
@@ -153,8 +159,9 @@ def main():
         print("|---|---:|---:|---:|")
         for r in ops:
             ref = r.get("reference_us_per_op")
+            # On a GPU the sgemm reference is the host CPU's: shown, but it is no target there.
             print(f"| {r['op']} | {r['us_per_op']:.2f} | {'-' if ref is None else format(ref, '.1f')} | "
-                  f"{'-' if r.get('ratio') is None else format(r['ratio'], '.2f') + 'x'} |")
+                  f"{'-' if r.get('ratio') is None else format(r['ratio'], '.3f') + 'x'} |")
         print()
 
     print("### Targets\n")
