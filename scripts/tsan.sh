@@ -19,7 +19,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/tsan}
 export TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 mkdir -p "$CARGO_TARGET_DIR"
 log="$CARGO_TARGET_DIR/tsan.log"
-tests=(--test concurrency --test allocator --test smoke)
+tests=(--test concurrency --test allocator --test lazy_events --test smoke)
 echo "building and running ${tests[*]} under ThreadSanitizer (log: $log)" >&2
 set +e
 cargo test --release --target "$host" -p streampool "${tests[@]}" "$@" 2>&1 | tee "$log"
