@@ -140,18 +140,29 @@ fn panel(
     y_desc: &str,
     series: &[Series],
 ) -> Result<()> {
-    let all = series.iter().flat_map(|s| s.1.iter());
-    let (mut x_max, mut y_min, mut y_max) = (2.0f64, f64::MAX, f64::MIN);
-    for &(x, y) in all {
+    // Both axes are logarithmic; plot in log space on linear axes (log2 of the thread count,
+    // log10 of the value) so that ticks fall on 1, 2, 4, ... threads and label cleanly.
+    let series: Vec<Series> = series
+        .iter()
+        .map(|(l, pts)| {
+            let pts = pts
+                .iter()
+                .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+                .map(|&(x, y)| (x.log2(), y.log10()))
+                .collect();
+            (l.clone(), pts)
+        })
+        .collect();
+    let (mut x_max, mut y_min, mut y_max) = (1.0f64, f64::MAX, f64::MIN);
+    for &(x, y) in series.iter().flat_map(|s| s.1.iter()) {
         x_max = x_max.max(x);
-        if y > 0.0 {
-            y_min = y_min.min(y);
-            y_max = y_max.max(y);
-        }
+        y_min = y_min.min(y);
+        y_max = y_max.max(y);
     }
     if y_min > y_max {
-        (y_min, y_max) = (1.0, 10.0);
+        (y_min, y_max) = (0.0, 1.0);
     }
+    let pad = ((y_max - y_min) * 0.1).max(0.1);
     let mut builder = ChartBuilder::on(area);
     builder.margin(16);
     if text {
@@ -161,16 +172,23 @@ fn panel(
             .y_label_area_size(70);
     }
     let mut chart = builder
-        .build_cartesian_2d(
-            (1.0f64..x_max * 1.2).log_scale(),
-            (y_min / 2.0..y_max * 2.0).log_scale(),
-        )
+        .build_cartesian_2d(-0.2f64..x_max + 0.2, y_min - pad..y_max + pad)
         .map_err(|e| anyhow!("plot: {e}"))?;
     let mut mesh = chart.configure_mesh();
     if text {
         mesh.x_desc(x_desc)
             .y_desc(y_desc)
-            .label_style(("sans-serif", 13));
+            .label_style(("sans-serif", 13))
+            .x_labels(x_max.ceil() as usize + 1)
+            .x_label_formatter(&|x| format!("{:.0}", 2f64.powf(*x)))
+            .y_label_formatter(&|y| {
+                let v = 10f64.powf(*y);
+                if v >= 10.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.2}")
+                }
+            });
     } else {
         mesh.x_labels(0).y_labels(0);
     }
