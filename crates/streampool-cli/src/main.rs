@@ -20,6 +20,8 @@ enum Command {
     Bench(commands::bench::Args),
     /// Print sentence embeddings from a BERT-family model (the shipped tiny model by default).
     Embed(commands::embed::Args),
+    /// Serve models over HTTP: KServe v2, OpenAI-style /v1/embeddings, Prometheus /metrics.
+    Serve(commands::serve::Args),
     /// Run many ops and forwards from many threads (with churn) and check every result.
     Soak(commands::soak::Args),
 }
@@ -30,6 +32,7 @@ fn main() -> anyhow::Result<()> {
         Command::Check(a) => commands::check::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Embed(a) => commands::embed::run(a),
+        Command::Serve(a) => commands::serve::run(a),
         Command::Soak(a) => commands::soak::run(a),
     }
 }

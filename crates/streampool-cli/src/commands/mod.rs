@@ -4,4 +4,5 @@ pub mod bench;
 pub mod check;
 pub mod device;
 pub mod embed;
+pub mod serve;
 pub mod soak;

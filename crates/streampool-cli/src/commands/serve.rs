@@ -1,0 +1,135 @@
+//! `streampool serve`: the HTTP inference server (KServe v2, OpenAI-style embeddings,
+//! Prometheus metrics) on the embedding model(s) given, plus the demo MLP.
+//!
+//! With no `--model` it serves the tiny model shipped in the repository (`models/tiny-bert`,
+//! found as `streampool embed` finds it), so it starts with no setup.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use streampool_nn::{find_minilm, find_tiny_bert, SentenceEmbedder};
+use streampool_serve::{BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
+
+/// Arguments of `streampool serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Embedding model folder (config.json, model.safetensors, tokenizer.json); repeat to
+    /// serve several, each under its folder's name [default: the shipped models/tiny-bert].
+    #[arg(long, value_name = "DIR")]
+    model: Vec<PathBuf>,
+    /// Also serve all-MiniLM-L6-v2 (installed by scripts/fetch-minilm.sh) as "all-MiniLM-L6-v2".
+    #[arg(long)]
+    minilm: bool,
+    /// Do not serve the demo MLP ("mlp": FP32 [N, 256] -> [N, 256], seed 0).
+    #[arg(long)]
+    no_mlp: bool,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port to listen on (0: any free port; the log says which).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Largest request body, in bytes (larger: 413).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Most inputs per request (more: 400).
+    #[arg(long, default_value_t = 256)]
+    max_inputs: usize,
+    /// Longest input in tokens [default: the model's own limit].
+    #[arg(long)]
+    max_seq_len: Option<usize>,
+    /// Truncate longer inputs to --max-seq-len instead of answering 400.
+    #[arg(long)]
+    truncate: bool,
+    /// Requests per batch.
+    #[arg(long, default_value_t = 32)]
+    max_batch_size: usize,
+    /// Milliseconds a partial batch waits for more requests.
+    #[arg(long, default_value_t = 2.0)]
+    max_wait_ms: f64,
+    /// Requests waiting per model before new ones get 503.
+    #[arg(long, default_value_t = 1024)]
+    max_queue: usize,
+    /// Batch worker threads per model.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Seconds before an unanswered request gets 504.
+    #[arg(long, default_value_t = 30.0)]
+    timeout_s: f64,
+}
+
+/// Loads the models and serves until SIGINT or SIGTERM.
+pub fn run(args: Args) -> Result<()> {
+    init_logging();
+    let dev = super::device::open(&args.device)?;
+    let mut dirs = args.model.clone();
+    if args.minilm {
+        dirs.push(find_minilm()?);
+    }
+    if dirs.is_empty() {
+        dirs.push(find_tiny_bert()?);
+    }
+    let mut models = Vec::new();
+    for dir in &dirs {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .with_context(|| format!("{} has no folder name to serve it under", dir.display()))?;
+        let embedder = SentenceEmbedder::load(&dev, dir)
+            .with_context(|| format!("loading the model in {}", dir.display()))?;
+        models.push(ModelSpec::Embedder {
+            name,
+            embedder: Arc::new(embedder),
+        });
+    }
+    if !args.no_mlp {
+        models.push(ModelSpec::Tensor {
+            name: "mlp".into(),
+            model: TensorModel::mlp(&dev, 256, 0)?,
+        });
+    }
+    let config = ServeConfig {
+        addr: SocketAddr::new(args.host, args.port),
+        max_body_bytes: args.max_body_bytes,
+        max_inputs: args.max_inputs,
+        max_seq_len: args.max_seq_len,
+        truncate: args.truncate,
+        request_timeout: Duration::try_from_secs_f64(args.timeout_s).context("--timeout-s")?,
+        batch: BatchConfig {
+            max_batch_size: args.max_batch_size,
+            max_wait: Duration::try_from_secs_f64(args.max_wait_ms / 1e3)
+                .context("--max-wait-ms")?,
+            max_queue: args.max_queue,
+            workers: args.workers,
+            buckets: Vec::new(),
+        },
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let server = Server::start(config, models).await?;
+        // One plain line on stdout, so scripts can learn the port when it was 0.
+        println!("listening on http://{} ({})", server.addr(), dev.name());
+        server.run_until_signal().await
+    })?;
+    Ok(())
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Fails only when a subscriber is already set, which then keeps logging.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
