@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::models::ServedModel;
@@ -119,26 +119,60 @@ pub async fn embeddings(
     let tokens: usize = ids.iter().map(Vec::len).sum();
     let deadline = Instant::now() + state.config.request_timeout;
     let vectors = e.embed(ids, deadline).await?;
-    let data: Vec<Value> = vectors
+    let data: Vec<Item> = vectors
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            let embedding = if base64 {
+        .map(|(index, v)| Item {
+            object: "embedding",
+            index,
+            embedding: if base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+                Embedding::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
             } else {
-                json!(v)
-            };
-            json!({"object": "embedding", "index": i, "embedding": embedding})
+                Embedding::Float(v)
+            },
         })
         .collect();
-    Ok(Json(json!({
-        "object": "list",
-        "data": data,
-        "model": name,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }))
+    Ok(Json(EmbeddingsResponse {
+        object: "list",
+        data,
+        model: &name,
+        usage: Usage {
+            prompt_tokens: tokens,
+            total_tokens: tokens,
+        },
+    })
     .into_response())
+}
+
+// Typed, not `serde_json::Value`: a `Value` holds every f32 as an f64 and prints ~17 digits;
+// serialized as f32 each prints its shortest round-trip form (about half the bytes).
+#[derive(Serialize)]
+struct EmbeddingsResponse<'a> {
+    object: &'static str,
+    data: Vec<Item<'a>>,
+    model: &'a str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct Item<'a> {
+    object: &'static str,
+    index: usize,
+    embedding: Embedding<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Embedding<'a> {
+    Float(&'a [f32]),
+    Base64(String),
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
 }
 
 enum Input {
