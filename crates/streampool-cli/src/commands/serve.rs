@@ -68,20 +68,25 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     init_logging();
     let dev = super::device::open(&args.device)?;
-    let mut dirs = args.model.clone();
-    if args.minilm {
-        dirs.push(find_minilm()?);
-    }
-    if dirs.is_empty() {
-        dirs.push(find_tiny_bert()?);
-    }
-    let mut models = Vec::new();
-    for dir in &dirs {
+    // (name, folder): a --model folder is served under its folder name; MiniLM under its
+    // own name, whatever folder pip installed it in.
+    let mut dirs = Vec::new();
+    for dir in &args.model {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .with_context(|| format!("{} has no folder name to serve it under", dir.display()))?;
-        let embedder = SentenceEmbedder::load(&dev, dir)
+        dirs.push((name, dir.clone()));
+    }
+    if args.minilm {
+        dirs.push(("all-MiniLM-L6-v2".to_string(), find_minilm()?));
+    }
+    if dirs.is_empty() {
+        dirs.push(("tiny-bert".to_string(), find_tiny_bert()?));
+    }
+    let mut models = Vec::new();
+    for (name, dir) in dirs {
+        let embedder = SentenceEmbedder::load(&dev, &dir)
             .with_context(|| format!("loading the model in {}", dir.display()))?;
         models.push(ModelSpec::Embedder {
             name,
