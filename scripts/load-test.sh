@@ -55,6 +55,13 @@ lua embeddings '{"model": "tiny-bert", "input": "The quick brown fox jumps over 
 lua kserve-embedder '{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["The quick brown fox jumps over the lazy dog."]}]}'
 lua kserve-mlp "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 256], \"datatype\": \"FP32\", \"data\": [$row]}]}"
 
+# Warm-up, not reported: first use compiles kernels (CUDA) and fills the allocator's cache.
+for target in embeddings kserve-embedder kserve-mlp; do
+    wrk -t 2 -c 8 -d 2s -s "$tmp/$target.lua" "http://127.0.0.1:$PORT$(
+        case $target in embeddings) echo /v1/embeddings ;; kserve-embedder) echo /v2/models/tiny-bert/infer ;;
+            kserve-mlp) echo /v2/models/mlp/infer ;; esac)" >/dev/null
+done
+
 declare -A path=(
     [embeddings]=/v1/embeddings
     [kserve-embedder]=/v2/models/tiny-bert/infer
