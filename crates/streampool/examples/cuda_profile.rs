@@ -92,8 +92,13 @@ const UNITS: &[(&str, Unit)] = &[
         y.to_vec::<f32>()?;
         Ok(10)
     }),
-    ("forward + to_vec (the bench)", |_, m, x| {
+    ("forward + to_vec", |_, m, x| {
         m.forward(x)?.to_vec::<f32>()?;
+        Ok(1)
+    }),
+    ("from_vec + forward + to_vec (the bench's call)", |d, m, _| {
+        let x = Tensor::from_vec(vec![0.5f32; 256], &[1, 256], d)?;
+        m.forward(&x)?.to_vec::<f32>()?;
         Ok(1)
     }),
 ];
