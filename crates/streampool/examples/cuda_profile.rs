@@ -96,11 +96,14 @@ const UNITS: &[(&str, Unit)] = &[
         m.forward(x)?.to_vec::<f32>()?;
         Ok(1)
     }),
-    ("from_vec + forward + to_vec (the bench's call)", |d, m, _| {
-        let x = Tensor::from_vec(vec![0.5f32; 256], &[1, 256], d)?;
-        m.forward(&x)?.to_vec::<f32>()?;
-        Ok(1)
-    }),
+    (
+        "from_vec + forward + to_vec (the bench's call)",
+        |d, m, _| {
+            let x = Tensor::from_vec(vec![0.5f32; 256], &[1, 256], d)?;
+            m.forward(&x)?.to_vec::<f32>()?;
+            Ok(1)
+        },
+    ),
 ];
 
 fn rate(dev: &Device, mlp: &Mlp, unit: Unit, threads: usize, window: Duration) -> Result<f64> {
