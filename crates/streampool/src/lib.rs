@@ -49,7 +49,8 @@ mod stream_pool;
 pub mod sync;
 pub mod tensor;
 
-#[cfg(loom)]
+// Test-only: other crates' loom builds compile this library without its tests.
+#[cfg(all(loom, test))]
 mod loom_tests;
 
 pub use allocator::AllocatorStats;
