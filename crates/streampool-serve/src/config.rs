@@ -28,6 +28,13 @@ pub struct ServeConfig {
     /// A request not answered within this time is answered 504 (a request still queued at
     /// that point is never run).
     pub request_timeout: Duration,
+    /// How long a graceful shutdown (SIGTERM, [`ServerHandle::shutdown`](crate::ServerHandle::shutdown))
+    /// may take: after this, the requests still open are abandoned and shutdown returns
+    /// [`Error::DrainTimeout`](crate::Error::DrainTimeout). Set it at least as long as
+    /// `request_timeout`, so every accepted request gets its answer (or its 504) first, and
+    /// shorter than the orchestrator's kill deadline (Kubernetes'
+    /// `terminationGracePeriodSeconds`, less any preStop delay).
+    pub drain_timeout: Duration,
     /// The batch queue of each model (each model gets its own queue with these settings).
     pub batch: BatchConfig,
 }
@@ -41,6 +48,7 @@ impl Default for ServeConfig {
             max_seq_len: None,
             truncate: false,
             request_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
             batch: BatchConfig {
                 max_batch_size: 32,
                 max_wait: Duration::from_millis(2),
@@ -67,6 +75,9 @@ impl ServeConfig {
             return Err(crate::Error::Config(
                 "request_timeout must be positive".into(),
             ));
+        }
+        if self.drain_timeout.is_zero() {
+            return Err(crate::Error::Config("drain_timeout must be positive".into()));
         }
         self.batch.validate().map_err(crate::Error::Batch)
     }

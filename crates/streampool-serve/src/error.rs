@@ -46,6 +46,12 @@ pub enum Error {
     /// The server configuration is invalid (at startup).
     #[error("configuration: {0}")]
     Config(String),
+    /// A graceful shutdown did not finish within the configured `drain_timeout`: requests
+    /// were still open (a stuck model, a client that never finished its request). They are
+    /// abandoned when the runtime stops; stop it with a bound too
+    /// (`tokio::runtime::Runtime::shutdown_timeout`), since a queue worker may still be busy.
+    #[error("shutdown did not finish within the drain timeout of {0:?}")]
+    DrainTimeout(std::time::Duration),
     /// Binding or serving the socket failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

@@ -20,7 +20,14 @@
 //! Errors ([`Error`]): bad input 400 (`{"error": "..."}`), unknown model 404, body over the
 //! limit 413, full queue 503 with `Retry-After`, timeout 504. Shutdown
 //! ([`ServerHandle::shutdown`], or SIGINT/SIGTERM with [`ServerHandle::run_until_signal`])
-//! answers every request already accepted.
+//! drains: new connections are refused, every request already accepted is answered, within
+//! [`ServeConfig::drain_timeout`].
+//!
+//! The server is stateless: no sessions, no state kept between requests, and an inference
+//! request has no side effect (the same input gives the same answer on any replica of the
+//! same model). Replicas can therefore sit behind any load balancer, and a balancer may
+//! retry a failed inference `POST` on another replica (`deploy/` has an nginx config that
+//! does, and Kubernetes manifests).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

@@ -160,27 +160,45 @@ impl ServerHandle {
         &self.state
     }
 
-    /// Graceful shutdown: readiness turns 503, the listener closes, every request already
-    /// accepted is answered, then the models' queues drain and their workers stop.
+    /// Graceful shutdown (drain): readiness turns 503, the listener closes (new connections
+    /// are refused), idle keep-alive connections close, every request already accepted is
+    /// answered, then the models' queues drain and their workers stop.
+    ///
+    /// Bounded by [`ServeConfig::drain_timeout`]: past it, this returns
+    /// [`Error::DrainTimeout`] and the requests still open are abandoned (they end when the
+    /// runtime stops). The server keeps no state between requests, so a replica that drains
+    /// loses nothing a client would have to re-send.
     pub async fn shutdown(self) -> Result<()> {
-        tracing::info!("shutting down: answering the requests in flight");
+        let limit = self.state.config.drain_timeout;
+        tracing::info!(?limit, "shutting down: answering the requests in flight");
         self.state.shutting_down.store(true, Ordering::Release);
         // The server may have ended on its own (an I/O error); its result says so below.
         let _ = self.stop.send(());
-        let served = self
-            .task
-            .await
-            .map_err(|e| Error::Internal(format!("server task failed: {e}")))?;
-        // Joining the queues' worker threads blocks: do it off the async workers.
-        let state = self.state;
-        tokio::task::spawn_blocking(move || drop(state))
-            .await
-            .map_err(|e| Error::Internal(format!("stopping the queues failed: {e}")))?;
-        tracing::info!("stopped");
-        Ok(served?)
+        let (task, state) = (self.task, self.state);
+        let drain = async move {
+            let served = task
+                .await
+                .map_err(|e| Error::Internal(format!("server task failed: {e}")))?;
+            // Joining the queues' worker threads blocks: do it off the async workers.
+            tokio::task::spawn_blocking(move || drop(state))
+                .await
+                .map_err(|e| Error::Internal(format!("stopping the queues failed: {e}")))?;
+            Ok::<_, Error>(served?)
+        };
+        match tokio::time::timeout(limit, drain).await {
+            Ok(result) => {
+                tracing::info!("stopped");
+                result
+            }
+            Err(_) => {
+                tracing::warn!(?limit, "drain timeout: abandoning the requests still open");
+                Err(Error::DrainTimeout(limit))
+            }
+        }
     }
 
-    /// Serves until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully.
+    /// Serves until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
+    /// ([`shutdown`](Self::shutdown), bounded by [`ServeConfig::drain_timeout`]).
     pub async fn run_until_signal(self) -> Result<()> {
         wait_for_signal().await?;
         self.shutdown().await

@@ -62,6 +62,11 @@ pub struct Args {
     /// Seconds before an unanswered request gets 504.
     #[arg(long, default_value_t = 30.0)]
     timeout_s: f64,
+    /// Seconds SIGTERM/SIGINT may take to drain (stop accepting, answer every request in
+    /// flight); past it the server exits with the rest unanswered (exit status 1). Keep it
+    /// >= --timeout-s and below the orchestrator's kill deadline (deploy/README.md).
+    #[arg(long, default_value_t = 30.0)]
+    drain_timeout_secs: f64,
 }
 
 /// Loads the models and serves until SIGINT or SIGTERM.
@@ -106,6 +111,8 @@ pub fn run(args: Args) -> Result<()> {
         max_seq_len: args.max_seq_len,
         truncate: args.truncate,
         request_timeout: Duration::try_from_secs_f64(args.timeout_s).context("--timeout-s")?,
+        drain_timeout: Duration::try_from_secs_f64(args.drain_timeout_secs)
+            .context("--drain-timeout-secs")?,
         batch: BatchConfig {
             max_batch_size: args.max_batch_size,
             max_wait: Duration::try_from_secs_f64(args.max_wait_ms / 1e3)
@@ -119,12 +126,20 @@ pub fn run(args: Args) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(async {
+    let served = rt.block_on(async {
         let server = Server::start(config, models).await?;
         // One plain line on stdout, so scripts can learn the port when it was 0.
         println!("listening on http://{} ({})", server.addr(), dev.name());
         server.run_until_signal().await
-    })?;
+    });
+    if let Err(e @ streampool_serve::Error::DrainTimeout(_)) = served {
+        // A connection task or a queue worker is still busy (that is why the drain timed
+        // out): dropping the runtime, the models or the device would wait for it without
+        // bound, so leave now, as the drain timeout promises.
+        tracing::error!("{e}");
+        std::process::exit(1);
+    }
+    served?;
     Ok(())
 }
 
