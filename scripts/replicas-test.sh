@@ -113,18 +113,28 @@ python3 scripts/replicas_client.py load "$tmp/reference.json" "http://127.0.0.1:
     --max-requests "$MAX_REQUESTS" --timeout "$CLIENT_TIMEOUT" >"$tmp/load.txt" &
 client_pid=$!
 t0=$(now)
+exited() { # exited PID: the process has ended (a zombie not yet waited for counts)
+    local state
+    state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 0
+    [ -z "$state" ] || [ "$state" = Z ]
+}
 sleep "$TERM_AT"
 t_term=$(now)
 kill -TERM "${pid[2]}"
-sleep "$(awk -v a="$KILL_AT" -v b="$TERM_AT" 'BEGIN { print a - b }')"
+# Replica 2's drain: the time from SIGTERM until it exited (polled every 10 ms until the
+# SIGKILL is due; after that, the time `wait` returns), and its exit status.
+t_exit=
+while awk -v a="$KILL_AT" -v t0="$t0" -v n="$(now)" 'BEGIN { exit !(n - t0 < a) }'; do
+    if [ -z "$t_exit" ] && exited "${pid[2]}"; then t_exit=$(now); fi
+    sleep 0.01
+done
 t_kill=$(now)
 kill -KILL "${pid[3]}"
-# Replica 2's drain: the time from SIGTERM until it exited, and its exit status.
 set +e
 wait "${pid[2]}"
 term_status=$?
 set -e
-t_exit=$(now)
+[ -n "$t_exit" ] || t_exit=$(now)
 wait "${pid[3]}" 2>/dev/null || true
 unset 'pid[3]'
 sleep "$(awk -v a="$RESTART_AT" -v t0="$t0" -v n="$(now)" 'BEGIN { d = a - (n - t0); print (d > 0 ? d : 0) }')"

@@ -24,6 +24,17 @@ const LATE: usize = 8;
 /// A test that neither finishes nor fails within this has hung: fail it instead.
 const HANG: Duration = Duration::from_secs(60);
 
+/// Opens the gate when dropped, also while a failed assertion unwinds: the queue's worker
+/// threads, joined when the server's state is dropped, must never be left at a closed gate
+/// (the test would hang instead of failing).
+struct OpenOnDrop(Gate);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
 fn gated_config() -> ServeConfig {
     let mut config = test_config();
     config.batch.workers = 1;
@@ -57,6 +68,7 @@ async fn sigterm_answers_every_request_in_flight_and_refuses_new_connections() {
     // From here on SIGTERM is caught by tokio's handler, never the default "terminate".
     let _own = signal(SignalKind::terminate()).expect("a SIGTERM listener");
     let gate = Gate::default();
+    let _open = OpenOnDrop(gate.clone());
     let s = start(
         gated_config(),
         vec![ModelSpec::Tensor {
@@ -137,6 +149,7 @@ async fn sigterm_answers_every_request_in_flight_and_refuses_new_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_that_cannot_finish_gives_up_after_the_drain_timeout() {
     let gate = Gate::default();
+    let _open = OpenOnDrop(gate.clone());
     let mut config = gated_config();
     config.drain_timeout = Duration::from_millis(300);
     let s = start(

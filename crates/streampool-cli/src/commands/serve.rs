@@ -136,7 +136,7 @@ pub fn run(args: Args) -> Result<()> {
         // A connection task or a queue worker is still busy (that is why the drain timed
         // out): dropping the runtime, the models or the device would wait for it without
         // bound, so leave now, as the drain timeout promises.
-        tracing::error!("{e}");
+        eprintln!("error: {e}");
         std::process::exit(1);
     }
     served?;
