@@ -77,7 +77,9 @@ impl ServeConfig {
             ));
         }
         if self.drain_timeout.is_zero() {
-            return Err(crate::Error::Config("drain_timeout must be positive".into()));
+            return Err(crate::Error::Config(
+                "drain_timeout must be positive".into(),
+            ));
         }
         self.batch.validate().map_err(crate::Error::Batch)
     }
