@@ -5,11 +5,12 @@
   replicas_client.py reference BIN OUT URL...
       the known answers: tiny-bert embeddings from `BIN embed --json` (in-process, no server)
       and the MLP's outputs from the first replica, checked equal on every other replica
-  replicas_client.py report LOAD_JSON ACCESS_LOG --ports P1 P2 P3 --times ... (markdown)
   replicas_client.py load REF URL OUT --threads T --seconds S --max-requests N --timeout T
       a bounded load run through URL (the balancer): every thread sends requests in turn
       (embeddings of known texts, MLP inference of known rows) on its own keep-alive
       connection, and checks each answer against the known one. Writes counts as JSON.
+  replicas_client.py report LOAD_JSON ACCESS_LOG --ports P1 P2 P3 --times ... (markdown)
+      the run's table: the load counts and what nginx's access log shows, per phase
 
 Every request has a client timeout; a request that hits it is counted as a hang. An answer
 with a non-200 status is a clear error (counted by status); a 200 whose values differ from
