@@ -281,3 +281,65 @@ impl StatsSnapshot {
         self.batch_sizes.iter().rposition(|&c| c > 0).unwrap_or(0)
     }
 }
+
+impl StatsSnapshot {
+    /// The figures of several queues taken together (e.g. the replicas of one model):
+    /// counts, batch sizes, busy time and queue lengths are summed; each latency percentile
+    /// is the largest of the queues', an upper bound of the combined percentile (samples are
+    /// summed). No snapshots give the empty snapshot.
+    pub fn sum<'a>(snapshots: impl IntoIterator<Item = &'a StatsSnapshot>) -> StatsSnapshot {
+        let mut total = StatsSnapshot {
+            submitted: 0,
+            completed: 0,
+            rejected: 0,
+            expired: 0,
+            failed: 0,
+            cancelled: 0,
+            shut_down: 0,
+            batches: 0,
+            batch_sizes: Vec::new(),
+            mean_batch_size: 0.0,
+            busy: Duration::ZERO,
+            queue_wait: Percentiles::default(),
+            latency: Percentiles::default(),
+            queue_len: 0,
+        };
+        let worst = |a: Percentiles, b: Percentiles| Percentiles {
+            samples: a.samples + b.samples,
+            p50_us: a.p50_us.max(b.p50_us),
+            p90_us: a.p90_us.max(b.p90_us),
+            p99_us: a.p99_us.max(b.p99_us),
+            max_us: a.max_us.max(b.max_us),
+        };
+        for s in snapshots {
+            total.submitted += s.submitted;
+            total.completed += s.completed;
+            total.rejected += s.rejected;
+            total.expired += s.expired;
+            total.failed += s.failed;
+            total.cancelled += s.cancelled;
+            total.shut_down += s.shut_down;
+            total.batches += s.batches;
+            if total.batch_sizes.len() < s.batch_sizes.len() {
+                total.batch_sizes.resize(s.batch_sizes.len(), 0);
+            }
+            for (t, n) in total.batch_sizes.iter_mut().zip(&s.batch_sizes) {
+                *t += n;
+            }
+            total.busy += s.busy;
+            total.queue_wait = worst(total.queue_wait, s.queue_wait);
+            total.latency = worst(total.latency, s.latency);
+            total.queue_len += s.queue_len;
+        }
+        let requests: u64 = total
+            .batch_sizes
+            .iter()
+            .enumerate()
+            .map(|(n, &c)| n as u64 * c)
+            .sum();
+        if total.batches > 0 {
+            total.mean_batch_size = requests as f64 / total.batches as f64;
+        }
+        total
+    }
+}

@@ -47,6 +47,8 @@ mod metrics;
 mod models;
 mod openai;
 mod server;
+mod state;
+mod tei;
 
 pub use config::ServeConfig;
 pub use error::{Error, Result};
@@ -54,6 +56,7 @@ pub use metrics::Metrics;
 pub use models::{
     EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,
 };
-pub use server::{router, AppState, Server, ServerHandle};
+pub use server::{router, Server, ServerHandle};
+pub use state::AppState;
 /// The batch-queue settings of [`ServeConfig::batch`], re-exported for convenience.
 pub use streampool_batch::BatchConfig;

@@ -1,19 +1,43 @@
-//! Prometheus metrics: HTTP requests, errors and latency per route (recorded by a
-//! middleware), and each model's queue depth, batch sizes and latencies (read from its
-//! batch queue's statistics at scrape time).
+//! Prometheus metrics through the official `prometheus-client` crate (OpenMetrics text):
+//! HTTP requests, errors and durations per route (recorded live by a middleware), and per
+//! model and device replica the queue's counters, depth, outstanding work, batch sizes,
+//! busy time and latency quantiles (read from the batch queues' statistics at scrape time by
+//! a collector, so the queues keep their own counters and nothing is counted twice).
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `streampool_http_requests_total` | counter | `method`, `route`, `code` |
+//! | `streampool_http_errors_total` | counter | `route`, `code` (4xx and 5xx) |
+//! | `streampool_http_request_duration_seconds` | histogram | `route` |
+//! | `streampool_queue_{submitted,completed,rejected,expired,failed}_total` | counter | `model`, `device` |
+//! | `streampool_batches_total` | counter | `model`, `device` |
+//! | `streampool_replica_routed_total` | counter | `model`, `device` |
+//! | `streampool_device_busy_seconds_total` | counter | `model`, `device` |
+//! | `streampool_queue_depth` | gauge | `model`, `device` |
+//! | `streampool_queue_outstanding` | gauge | `model`, `device` (rows, or tokens for embedders) |
+//! | `streampool_batch_size` | histogram | `model`, `device` |
+//! | `streampool_queue_latency_seconds`, `streampool_queue_wait_seconds` | gauge | `model`, `device`, `quantile` |
+//! | `streampool_replicas`, `streampool_ready` | gauge | `model` / none |
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderName};
 use axum::middleware::Next;
 use axum::response::Response;
-use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry as PromRegistry, Unit};
+use streampool_batch::{Percentiles, ReplicaStats};
 
 use crate::models::Registry;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Upper bounds (seconds) of the request-duration histogram buckets.
 const DURATION_BOUNDS: [f64; 14] = [
@@ -22,227 +46,280 @@ const DURATION_BOUNDS: [f64; 14] = [
 /// Upper bounds of the batch-size histogram buckets.
 const BATCH_BOUNDS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
-#[derive(Default, Clone)]
-struct Histogram {
-    /// `counts[i]`: observations in `(bound[i-1], bound[i]]`; the last one is `+Inf`.
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
+/// The content type of the OpenMetrics text exposition (Prometheus scrapes it natively).
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    code: u16,
 }
 
-impl Histogram {
-    fn observe(&mut self, bounds: &[f64], v: f64) {
-        if self.counts.is_empty() {
-            self.counts = vec![0; bounds.len() + 1];
-        }
-        let at = bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len());
-        self.counts[at] += 1;
-        self.sum += v;
-        self.count += 1;
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
 }
 
-#[derive(Default)]
-struct Series {
-    /// `(method, route, status) -> count`.
-    requests: BTreeMap<(String, String, u16), u64>,
-    /// `route -> duration histogram`.
-    durations: BTreeMap<String, Histogram>,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    route: String,
+    code: u16,
 }
 
-/// The server's HTTP counters. Routes are the router's patterns (`/v2/models/{name}/infer`),
-/// never raw paths, so the number of series stays bounded whatever clients send.
-#[derive(Default)]
+type DurationFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+/// The server's metrics: a `prometheus-client` registry holding the live HTTP series and
+/// the collector that reads the models' queues at scrape time. Routes are the router's
+/// patterns (`/v2/models/{name}/infer`), never raw paths, so the number of series stays
+/// bounded whatever clients send.
 pub struct Metrics {
-    /// Protects the series; held only to bump a counter or copy them out for a scrape.
-    series: Mutex<Series>,
+    registry: PromRegistry,
+    requests: Family<RequestLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    durations: DurationFamily,
+    /// Set from the server's readiness at each scrape.
+    ready: Gauge,
 }
 
 impl Metrics {
-    /// Records one answered request.
-    pub fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
-        let mut s = self.series.lock();
-        *s.requests
-            .entry((method.to_string(), route.to_string(), status))
-            .or_default() += 1;
-        s.durations
-            .entry(route.to_string())
-            .or_default()
-            .observe(&DURATION_BOUNDS, seconds);
+    /// Metrics over the models of `models`.
+    pub fn new(models: Arc<Registry>) -> Self {
+        let mut registry = PromRegistry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let durations: DurationFamily =
+            Family::new_with_constructor(|| Histogram::new(DURATION_BOUNDS));
+        registry.register(
+            "streampool_http_requests",
+            "HTTP requests answered, by route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "streampool_http_errors",
+            "HTTP requests answered with a 4xx or 5xx status",
+            errors.clone(),
+        );
+        registry.register_with_unit(
+            "streampool_http_request_duration",
+            "Time to answer a request",
+            Unit::Seconds,
+            durations.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "streampool_ready",
+            "Whether the server is ready: every replica loaded and accepting, not shutting down",
+            ready.clone(),
+        );
+        registry.register_collector(Box::new(QueueCollector { models }));
+        Self {
+            registry,
+            requests,
+            errors,
+            durations,
+            ready,
+        }
     }
 
-    /// The Prometheus text exposition of every series.
-    pub fn render(&self, registry: &Registry) -> String {
-        let (requests, durations) = {
-            let s = self.series.lock();
-            (s.requests.clone(), s.durations.clone())
-        };
+    /// Records one answered request.
+    pub fn record(&self, method: &str, route: &str, status: u16, seconds: f64) {
+        let route = route.to_string();
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.to_string(),
+                route: route.clone(),
+                code: status,
+            })
+            .inc();
+        if status >= 400 {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    route: route.clone(),
+                    code: status,
+                })
+                .inc();
+        }
+        self.durations
+            .get_or_create(&RouteLabels { route })
+            .observe(seconds);
+    }
+
+    /// The OpenMetrics text exposition of every series.
+    pub fn render(&self) -> String {
         let mut out = String::new();
-        // `write!` to a String cannot fail.
-        let w = &mut out;
-        let _ = writeln!(
-            w,
-            "# HELP streampool_http_requests_total HTTP requests answered, by route and status."
-        );
-        let _ = writeln!(w, "# TYPE streampool_http_requests_total counter");
-        for ((method, route, code), n) in &requests {
-            let _ = writeln!(w, "streampool_http_requests_total{{method=\"{method}\",route=\"{route}\",code=\"{code}\"}} {n}");
-        }
-        let _ = writeln!(
-            w,
-            "# HELP streampool_http_errors_total HTTP requests answered with a 4xx or 5xx status."
-        );
-        let _ = writeln!(w, "# TYPE streampool_http_errors_total counter");
-        let mut errors: BTreeMap<(&str, u16), u64> = BTreeMap::new();
-        for ((_, route, code), n) in &requests {
-            if *code >= 400 {
-                *errors.entry((route, *code)).or_default() += n;
-            }
-        }
-        for ((route, code), n) in errors {
-            let _ = writeln!(
-                w,
-                "streampool_http_errors_total{{route=\"{route}\",code=\"{code}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            w,
-            "# HELP streampool_http_request_duration_seconds Time to answer a request."
-        );
-        let _ = writeln!(
-            w,
-            "# TYPE streampool_http_request_duration_seconds histogram"
-        );
-        for (route, h) in &durations {
-            let labels = format!("route=\"{route}\"");
-            let bounds: Vec<String> = DURATION_BOUNDS.iter().map(f64::to_string).collect();
-            write_histogram(
-                w,
-                "streampool_http_request_duration_seconds",
-                &labels,
-                &bounds,
-                h,
-            );
-        }
-        render_queues(w, registry);
+        // Writing to a String cannot fail, and every collector here only writes.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
 }
 
-fn write_histogram(w: &mut String, name: &str, labels: &str, bounds: &[String], h: &Histogram) {
-    let mut cumulative = 0;
-    for (bound, n) in bounds.iter().zip(&h.counts) {
-        cumulative += n;
-        let _ = writeln!(w, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
-    }
-    let _ = writeln!(w, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-    let _ = writeln!(w, "{name}_sum{{{labels}}} {}", h.sum);
-    let _ = writeln!(w, "{name}_count{{{labels}}} {}", h.count);
+/// Reads every model's replicas at scrape time.
+struct QueueCollector {
+    models: Arc<Registry>,
 }
 
-fn render_queues(w: &mut String, registry: &Registry) {
-    let stats: Vec<_> = registry.iter().map(|(name, m)| (name, m.stats())).collect();
-    let counters = [
-        (
-            "streampool_queue_submitted_total",
-            "Requests accepted into the model's batch queue.",
-        ),
-        (
-            "streampool_queue_completed_total",
-            "Requests answered with a model output.",
-        ),
-        (
-            "streampool_queue_rejected_total",
-            "Requests refused because the queue was full.",
-        ),
-        (
-            "streampool_queue_expired_total",
-            "Requests dropped at their deadline before running.",
-        ),
-        (
-            "streampool_queue_failed_total",
-            "Requests whose batch failed in the model.",
-        ),
-        ("streampool_batches_total", "Batches run."),
-    ];
-    for (i, (name, help)) in counters.iter().enumerate() {
-        let _ = writeln!(w, "# HELP {name} {help}");
-        let _ = writeln!(w, "# TYPE {name} counter");
-        for (model, s) in &stats {
-            let v = [
-                s.submitted,
-                s.completed,
-                s.rejected,
-                s.expired,
-                s.failed,
-                s.batches,
-            ][i];
-            let _ = writeln!(w, "{name}{{model=\"{model}\"}} {v}");
+impl std::fmt::Debug for QueueCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueCollector").finish_non_exhaustive()
+    }
+}
+
+/// `(model, replica)` pairs of one scrape.
+type Snapshot = Vec<(String, ReplicaStats)>;
+
+fn labels<'a>(model: &'a str, r: &'a ReplicaStats) -> [(&'static str, &'a str); 2] {
+    [("model", model), ("device", r.label.as_str())]
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    snap: &Snapshot,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    value: impl Fn(&ReplicaStats) -> f64,
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (model, r) in snap {
+        ConstCounter::new(value(r)).encode(family.encode_family(&labels(model, r))?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    snap: &Snapshot,
+    name: &str,
+    help: &str,
+    value: impl Fn(&ReplicaStats) -> i64,
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (model, r) in snap {
+        ConstGauge::new(value(r)).encode(family.encode_family(&labels(model, r))?)?;
+    }
+    Ok(())
+}
+
+fn quantiles(
+    enc: &mut DescriptorEncoder,
+    snap: &Snapshot,
+    name: &str,
+    help: &str,
+    pick: impl Fn(&ReplicaStats) -> Percentiles,
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Gauge)?;
+    for (model, r) in snap {
+        let p = pick(r);
+        for (q, us) in [("0.5", p.p50_us), ("0.9", p.p90_us), ("0.99", p.p99_us)] {
+            let set = [("model", model.as_str()), ("device", &r.label), ("quantile", q)];
+            ConstGauge::new(us / 1e6).encode(family.encode_family(&set)?)?;
         }
     }
-    let _ = writeln!(
-        w,
-        "# HELP streampool_queue_depth Requests waiting in the model's batch queue."
-    );
-    let _ = writeln!(w, "# TYPE streampool_queue_depth gauge");
-    for (model, s) in &stats {
-        let _ = writeln!(
-            w,
-            "streampool_queue_depth{{model=\"{model}\"}} {}",
-            s.queue_len
-        );
-    }
-    let _ = writeln!(w, "# HELP streampool_batch_size Requests per batch run.");
-    let _ = writeln!(w, "# TYPE streampool_batch_size histogram");
-    for (model, s) in &stats {
-        let mut h = Histogram {
-            counts: vec![0; BATCH_BOUNDS.len() + 1],
-            ..Default::default()
-        };
-        for (size, &n) in s.batch_sizes.iter().enumerate().skip(1) {
-            let at = BATCH_BOUNDS
-                .iter()
-                .position(|&b| size <= b)
-                .unwrap_or(BATCH_BOUNDS.len());
-            h.counts[at] += n;
-            h.count += n;
-            h.sum += (size as u64 * n) as f64;
+    Ok(())
+}
+
+impl Collector for QueueCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let snap: Snapshot = self
+            .models
+            .iter()
+            .flat_map(|(name, m)| {
+                m.replica_stats()
+                    .into_iter()
+                    .map(move |r| (name.to_string(), r))
+            })
+            .collect();
+        let e = &mut enc;
+        type Count = fn(&ReplicaStats) -> f64;
+        let counters: [(&str, &str, Count); 7] = [
+            ("streampool_queue_submitted", "Requests accepted into the replica's batch queue", |r| r.queue.submitted as f64),
+            ("streampool_queue_completed", "Requests answered with a model output", |r| r.queue.completed as f64),
+            ("streampool_queue_rejected", "Requests refused because the queue was full", |r| r.queue.rejected as f64),
+            ("streampool_queue_expired", "Requests dropped at their deadline before running", |r| r.queue.expired as f64),
+            ("streampool_queue_failed", "Requests whose batch failed in the model", |r| r.queue.failed as f64),
+            ("streampool_batches", "Batches run", |r| r.queue.batches as f64),
+            ("streampool_replica_routed", "Requests the router sent to this replica", |r| r.routed as f64),
+        ];
+        for (name, help, value) in counters {
+            counter(e, &snap, name, help, None, value)?;
         }
-        let bounds: Vec<String> = BATCH_BOUNDS.iter().map(usize::to_string).collect();
-        write_histogram(
-            w,
+        counter(
+            e,
+            &snap,
+            "streampool_device_busy",
+            "Wall time with at least one of this model's batches running on the device",
+            Some(&Unit::Seconds),
+            |r| r.queue.busy.as_secs_f64(),
+        )?;
+        gauge(e, &snap, "streampool_queue_depth", "Requests waiting in the replica's batch queue", |r| {
+            i64::try_from(r.queue.queue_len).unwrap_or(i64::MAX)
+        })?;
+        gauge(
+            e,
+            &snap,
+            "streampool_queue_outstanding",
+            "Work accepted and not yet answered: rows, or tokens for embedders (what the router balances)",
+            |r| i64::try_from(r.outstanding).unwrap_or(i64::MAX),
+        )?;
+        let mut family = e.encode_descriptor(
             "streampool_batch_size",
-            &format!("model=\"{model}\""),
-            &bounds,
-            &h,
-        );
-    }
-    for (name, help, pick) in [
-        (
-            "streampool_queue_latency_seconds",
-            "Submit-to-answer time in the batch queue (recent window).",
-            (|s: &streampool_batch::StatsSnapshot| s.latency) as fn(&_) -> _,
-        ),
-        (
-            "streampool_queue_wait_seconds",
-            "Submit-to-batch-start time in the batch queue (recent window).",
-            |s: &streampool_batch::StatsSnapshot| s.queue_wait,
-        ),
-    ] {
-        let _ = writeln!(w, "# HELP {name} {help}");
-        let _ = writeln!(w, "# TYPE {name} summary");
-        for (model, s) in &stats {
-            let p = pick(s);
-            for (q, us) in [("0.5", p.p50_us), ("0.9", p.p90_us), ("0.99", p.p99_us)] {
-                let _ = writeln!(
-                    w,
-                    "{name}{{model=\"{model}\",quantile=\"{q}\"}} {}",
-                    us / 1e6
-                );
-            }
-            let _ = writeln!(w, "{name}_count{{model=\"{model}\"}} {}", p.samples);
+            "Requests per batch run",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (model, r) in &snap {
+            let (buckets, sum, count) = batch_buckets(&r.queue.batch_sizes);
+            family
+                .encode_family(&labels(model, r))?
+                .encode_histogram::<()>(sum, count, &buckets, None)?;
         }
+        quantiles(
+            e,
+            &snap,
+            "streampool_queue_latency",
+            "Submit-to-answer time in the batch queue, recent samples",
+            |r| r.queue.latency,
+        )?;
+        quantiles(
+            e,
+            &snap,
+            "streampool_queue_wait",
+            "Submit-to-batch-start time in the batch queue, recent samples",
+            |r| r.queue.queue_wait,
+        )?;
+        let mut family = e.encode_descriptor(
+            "streampool_replicas",
+            "Replicas (devices) serving the model",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, m) in self.models.iter() {
+            ConstGauge::new(m.labels().len() as i64)
+                .encode(family.encode_family(&[("model", name)])?)?;
+        }
+        Ok(())
     }
+}
+
+/// Cumulative `(upper bound, count)` buckets, sum and count of a batch-size histogram given
+/// as `batch_sizes[n]` = batches of `n` requests.
+fn batch_buckets(batch_sizes: &[u64]) -> (Vec<(f64, u64)>, f64, u64) {
+    let mut buckets: Vec<(f64, u64)> = BATCH_BOUNDS.iter().map(|&b| (b as f64, 0)).collect();
+    buckets.push((f64::INFINITY, 0));
+    let (mut sum, mut count) = (0.0, 0);
+    for (size, &n) in batch_sizes.iter().enumerate().skip(1) {
+        for (bound, c) in buckets.iter_mut() {
+            if size as f64 <= *bound {
+                *c += n;
+            }
+        }
+        sum += (size as u64 * n) as f64;
+        count += n;
+    }
+    // prometheus-client writes the `+Inf` bucket itself from `count`.
+    buckets.pop();
+    (buckets, sum, count)
 }
 
 /// The middleware that records every request's route, status and duration, and logs it.
@@ -262,14 +339,7 @@ pub async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next)
 }
 
 /// `GET /metrics`.
-pub async fn scrape(
-    State(state): State<Arc<AppState>>,
-) -> ([(axum::http::HeaderName, &'static str); 1], String) {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        state.metrics.render(&state.registry),
-    )
+pub async fn scrape(State(state): State<Arc<AppState>>) -> ([(HeaderName, &'static str); 1], String) {
+    state.metrics.ready.set(i64::from(state.is_ready()));
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], state.metrics.render())
 }

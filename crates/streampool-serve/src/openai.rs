@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::models::ServedModel;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::{Error, Result};
 
 /// Texts longer than this in total are tokenized on the blocking pool, not on the async

@@ -14,7 +14,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::models::{EmbedderEndpoint, ServedModel, TensorEndpoint};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::{Error, Result};
 use tensors::{Data, InferRequest, Input, Output, HEADER_LENGTH};
 
