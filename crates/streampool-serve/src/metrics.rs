@@ -27,7 +27,7 @@ use axum::http::{header, HeaderName};
 use axum::middleware::Next;
 use axum::response::Response;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
@@ -272,7 +272,7 @@ impl Collector for QueueCollector {
             let (buckets, sum, count) = batch_buckets(&r.queue.batch_sizes);
             family
                 .encode_family(&labels(model, r))?
-                .encode_histogram::<()>(sum, count, &buckets, None)?;
+                .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
         }
         quantiles(
             e,

@@ -40,6 +40,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(openai::models))
         .route("/v1/models/{id}", get(openai::model))
         .route("/embed", post(tei::embed))
+        // TEI answers its model's main task on `/` too; `huggingface_hub` posts there.
+        .route("/", post(tei::embed))
         .route("/info", get(tei::info))
         .route("/health", get(tei::health))
         .route("/metrics", get(metrics::scrape))

@@ -18,6 +18,8 @@ pub struct AppState {
     pub(crate) metrics: Metrics,
     /// Set once shutdown begins: readiness then answers 503 so balancers stop sending.
     shutting_down: AtomicBool,
+    /// When the models were loaded (OpenAI's `created` of `/v1/models`), Unix seconds.
+    started_unix: u64,
 }
 
 impl AppState {
@@ -30,6 +32,9 @@ impl AppState {
             registry,
             config,
             shutting_down: AtomicBool::new(false),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         }))
     }
 
@@ -44,6 +49,11 @@ impl AppState {
     pub(crate) fn is_ready(&self) -> bool {
         !self.shutting_down.load(Ordering::Acquire)
             && self.registry.iter().all(|(_, m)| m.is_accepting())
+    }
+
+    /// When the models were loaded, in Unix seconds.
+    pub(crate) fn started_unix(&self) -> u64 {
+        self.started_unix
     }
 
     /// Readiness turns 503 from now on, so balancers stop sending.

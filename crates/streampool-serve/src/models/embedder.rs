@@ -197,8 +197,8 @@ impl EmbedderEndpoint {
             return Ok(widen(enc));
         }
         if !truncate {
-            return Err(Error::BadRequest(format!(
-                "input of {} tokens exceeds the maximum of {} (the server does not truncate)",
+            return Err(Error::InputTooLong(format!(
+                "input of {} tokens exceeds the maximum of {} (not truncating)",
                 enc.len(),
                 self.max_seq_len
             )));
@@ -209,8 +209,14 @@ impl EmbedderEndpoint {
             .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
     }
 
-    /// Checks (and maybe truncates) a sequence of token ids given by the client.
-    pub fn check_ids(&self, mut ids: Vec<i64>) -> Result<Vec<i64>> {
+    /// Checks (and maybe truncates, as the server's `truncate` setting says) a sequence of
+    /// token ids given by the client.
+    pub fn check_ids(&self, ids: Vec<i64>) -> Result<Vec<i64>> {
+        self.check_ids_with(ids, self.truncate)
+    }
+
+    /// [`EmbedderEndpoint::check_ids`] with the request's own choice to truncate.
+    pub fn check_ids_with(&self, mut ids: Vec<i64>, truncate: bool) -> Result<Vec<i64>> {
         if ids.is_empty() {
             return Err(Error::BadRequest("an input has no tokens".into()));
         }
@@ -224,9 +230,9 @@ impl EmbedderEndpoint {
             )));
         }
         if ids.len() > self.max_seq_len {
-            if !self.truncate {
-                return Err(Error::BadRequest(format!(
-                    "input of {} tokens exceeds the maximum of {} (the server does not truncate)",
+            if !truncate {
+                return Err(Error::InputTooLong(format!(
+                    "input of {} tokens exceeds the maximum of {} (not truncating)",
                     ids.len(),
                     self.max_seq_len
                 )));
