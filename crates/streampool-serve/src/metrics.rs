@@ -27,7 +27,9 @@ use axum::http::{header, HeaderName};
 use axum::middleware::Next;
 use axum::response::Response;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeLabelSet, EncodeMetric, NoLabelSet,
+};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
@@ -172,13 +174,13 @@ fn labels<'a>(model: &'a str, r: &'a ReplicaStats) -> [(&'static str, &'a str); 
     [("model", model), ("device", r.label.as_str())]
 }
 
-fn counter(
+fn counter<V: EncodeCounterValue + std::fmt::Debug + Send + Sync>(
     enc: &mut DescriptorEncoder,
     snap: &Snapshot,
     name: &str,
     help: &str,
     unit: Option<&Unit>,
-    value: impl Fn(&ReplicaStats) -> f64,
+    value: impl Fn(&ReplicaStats) -> V,
 ) -> std::fmt::Result {
     let mut family = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
     for (model, r) in snap {
@@ -231,15 +233,15 @@ impl Collector for QueueCollector {
             })
             .collect();
         let e = &mut enc;
-        type Count = fn(&ReplicaStats) -> f64;
+        type Count = fn(&ReplicaStats) -> u64;
         let counters: [(&str, &str, Count); 7] = [
-            ("streampool_queue_submitted", "Requests accepted into the replica's batch queue", |r| r.queue.submitted as f64),
-            ("streampool_queue_completed", "Requests answered with a model output", |r| r.queue.completed as f64),
-            ("streampool_queue_rejected", "Requests refused because the queue was full", |r| r.queue.rejected as f64),
-            ("streampool_queue_expired", "Requests dropped at their deadline before running", |r| r.queue.expired as f64),
-            ("streampool_queue_failed", "Requests whose batch failed in the model", |r| r.queue.failed as f64),
-            ("streampool_batches", "Batches run", |r| r.queue.batches as f64),
-            ("streampool_replica_routed", "Requests the router sent to this replica", |r| r.routed as f64),
+            ("streampool_queue_submitted", "Requests accepted into the replica's batch queue", |r| r.queue.submitted),
+            ("streampool_queue_completed", "Requests answered with a model output", |r| r.queue.completed),
+            ("streampool_queue_rejected", "Requests refused because the queue was full", |r| r.queue.rejected),
+            ("streampool_queue_expired", "Requests dropped at their deadline before running", |r| r.queue.expired),
+            ("streampool_queue_failed", "Requests whose batch failed in the model", |r| r.queue.failed),
+            ("streampool_batches", "Batches run", |r| r.queue.batches),
+            ("streampool_replica_routed", "Requests the router sent to this replica", |r| r.routed),
         ];
         for (name, help, value) in counters {
             counter(e, &snap, name, help, None, value)?;
@@ -302,23 +304,21 @@ impl Collector for QueueCollector {
     }
 }
 
-/// Cumulative `(upper bound, count)` buckets, sum and count of a batch-size histogram given
-/// as `batch_sizes[n]` = batches of `n` requests.
+/// Per-bucket `(upper bound, count)` pairs (not cumulative: the encoder sums them), the
+/// last one `+Inf`, with sum and count, of a batch-size histogram given as
+/// `batch_sizes[n]` = batches of `n` requests.
 fn batch_buckets(batch_sizes: &[u64]) -> (Vec<(f64, u64)>, f64, u64) {
     let mut buckets: Vec<(f64, u64)> = BATCH_BOUNDS.iter().map(|&b| (b as f64, 0)).collect();
     buckets.push((f64::INFINITY, 0));
     let (mut sum, mut count) = (0.0, 0);
     for (size, &n) in batch_sizes.iter().enumerate().skip(1) {
-        for (bound, c) in buckets.iter_mut() {
-            if size as f64 <= *bound {
-                *c += n;
-            }
+        // The +Inf bound fits every size, so a bucket is always found.
+        if let Some((_, c)) = buckets.iter_mut().find(|(bound, _)| size as f64 <= *bound) {
+            *c += n;
         }
         sum += (size as u64 * n) as f64;
         count += n;
     }
-    // prometheus-client writes the `+Inf` bucket itself from `count`.
-    buckets.pop();
     (buckets, sum, count)
 }
 
