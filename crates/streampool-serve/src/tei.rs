@@ -263,3 +263,30 @@ pub async fn health(State(state): State<Arc<AppState>>) -> std::result::Result<S
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows of the module table that a test over HTTP cannot reach cheaply (a full
+    /// queue of an embedder, shutdown, a failing batch, a timeout).
+    #[test]
+    fn our_errors_map_to_tei_statuses() {
+        let cases = [
+            (Error::Overloaded("full".into()), 429, ErrorType::Overloaded),
+            (Error::Unavailable("shut down".into()), 503, ErrorType::Unhealthy),
+            (Error::Internal("model failed".into()), 424, ErrorType::Backend),
+            (Error::Timeout("late".into()), 504, ErrorType::Backend),
+            (Error::InputTooLong("long".into()), 413, ErrorType::Validation),
+            (Error::PayloadTooLarge { limit: 1 }, 413, ErrorType::Validation),
+            (Error::BadRequest("bad".into()), 422, ErrorType::Validation),
+        ];
+        for (error, status, kind) in cases {
+            let what = error.to_string();
+            let e = TeiError::from(error);
+            assert_eq!((e.status.as_u16(), e.error_type), (status, kind), "{what}");
+        }
+        let resp = TeiError::from(Error::Overloaded("full".into())).into_response();
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+    }
+}
