@@ -87,7 +87,9 @@ impl<M: BatchModel> Replicas<M> {
         for (label, model) in models {
             let label = label.into();
             if replicas.iter().any(|r| r.label == label) {
-                return Err(BatchError::Config(format!("two replicas labelled {label:?}")));
+                return Err(BatchError::Config(format!(
+                    "two replicas labelled {label:?}"
+                )));
             }
             replicas.push(Replica {
                 label,

@@ -27,14 +27,20 @@ fn config(max_batch_size: usize) -> BatchConfig {
 }
 
 fn answer<O>(h: Handle<O>) -> Result<O, BatchError> {
-    assert!(h.wait_timeout(HANG_GUARD), "no answer within the hang guard");
+    assert!(
+        h.wait_timeout(HANG_GUARD),
+        "no answer within the hang guard"
+    );
     h.wait()
 }
 
 fn taggers(n: usize, gated: usize) -> (Vec<Arc<Tagger>>, Replicas<Arc<Tagger>>) {
     let models: Vec<Arc<Tagger>> = (0..n).map(|_| Arc::new(Tagger::gated(gated))).collect();
     let replicas = Replicas::new(
-        models.iter().enumerate().map(|(i, m)| (format!("r{i}"), m.clone())),
+        models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (format!("r{i}"), m.clone())),
         config(1),
     )
     .unwrap();
@@ -71,7 +77,10 @@ fn a_busy_replica_gets_no_requests_while_others_are_idle() {
     // replica's handle; it stays outstanding.
     let first = replicas.submit(1000).unwrap();
     let second = replicas.submit(1001).unwrap();
-    assert!(slow.gate.wait_entered(1), "the slow replica never got a request");
+    assert!(
+        slow.gate.wait_entered(1),
+        "the slow replica never got a request"
+    );
     assert_eq!(answer(second).unwrap(), 2003);
     for t in 0..20u64 {
         assert_eq!(replicas.infer(t).unwrap(), 2 * t + 1);
@@ -110,7 +119,10 @@ fn routing_balances_cost_not_request_count() {
         })
         .collect();
     let replicas = Replicas::new(
-        models.iter().enumerate().map(|(i, m)| (i.to_string(), m.clone())),
+        models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (i.to_string(), m.clone())),
         config(1),
     )
     .unwrap();
@@ -248,7 +260,12 @@ fn a_shut_down_replica_is_skipped_and_a_full_set_refuses() {
 fn refusals_of_the_input_itself_are_not_retried() {
     let dev = Device::cpu();
     let replicas = Replicas::new(
-        (0..2).map(|i| (i.to_string(), RowModel::new(dev.clone(), 3, |x: &Tensor| x.relu()))),
+        (0..2).map(|i| {
+            (
+                i.to_string(),
+                RowModel::new(dev.clone(), 3, |x: &Tensor| x.relu()),
+            )
+        }),
         config(4),
     )
     .unwrap();
@@ -262,7 +279,10 @@ fn refusals_of_the_input_itself_are_not_retried() {
     ));
     assert!(matches!(
         Replicas::new(
-            [("x", Arc::new(Tagger::default())), ("x", Arc::new(Tagger::default()))],
+            [
+                ("x", Arc::new(Tagger::default())),
+                ("x", Arc::new(Tagger::default()))
+            ],
             config(1)
         ),
         Err(BatchError::Config(_))
@@ -277,7 +297,9 @@ fn mlp_replicas_on_separate_cpu_devices_match_the_reference() {
         .map(|_| Device::cpu_with(DeviceConfig::default()).unwrap())
         .collect();
     assert!(!devices[0].same(&devices[1]));
-    let weights: Vec<f32> = (0..8 * 4).map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.5).collect();
+    let weights: Vec<f32> = (0..8 * 4)
+        .map(|i| ((i * 7) % 11) as f32 / 11.0 - 0.5)
+        .collect();
     let replicas = Replicas::new(
         devices.iter().enumerate().map(|(i, dev)| {
             let w = Tensor::from_vec(weights.clone(), &[8, 4], dev).unwrap();
@@ -304,7 +326,9 @@ fn mlp_replicas_on_separate_cpu_devices_match_the_reference() {
             let (replicas, reference) = (&replicas, &reference);
             s.spawn(move || {
                 for j in 0..40usize {
-                    let row: Vec<f32> = (0..8).map(|k| ((t * 31 + j * 7 + k) % 13) as f32 - 6.0).collect();
+                    let row: Vec<f32> = (0..8)
+                        .map(|k| ((t * 31 + j * 7 + k) % 13) as f32 - 6.0)
+                        .collect();
                     let out = replicas.infer(row.clone()).unwrap();
                     for (a, b) in out.iter().zip(reference(&row)) {
                         assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{a} vs {b}");
@@ -317,7 +341,11 @@ fn mlp_replicas_on_separate_cpu_devices_match_the_reference() {
     assert_eq!(stats.iter().map(|r| r.queue.completed).sum::<u64>(), 8 * 40);
     for r in &stats {
         if r.routed > 0 {
-            assert!(r.queue.busy > Duration::ZERO, "{} ran batches but no busy time", r.label);
+            assert!(
+                r.queue.busy > Duration::ZERO,
+                "{} ran batches but no busy time",
+                r.label
+            );
         }
     }
 }

@@ -28,7 +28,8 @@ pub struct ServeConfig {
     /// A request not answered within this time is answered 504 (a request still queued at
     /// that point is never run).
     pub request_timeout: Duration,
-    /// The batch queue of each model (each model gets its own queue with these settings).
+    /// The batch queue of each model replica (each replica, one per model and device, gets
+    /// its own queue with these settings).
     pub batch: BatchConfig,
 }
 

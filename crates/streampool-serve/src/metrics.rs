@@ -214,7 +214,11 @@ fn quantiles(
     for (model, r) in snap {
         let p = pick(r);
         for (q, us) in [("0.5", p.p50_us), ("0.9", p.p90_us), ("0.99", p.p99_us)] {
-            let set = [("model", model.as_str()), ("device", &r.label), ("quantile", q)];
+            let set = [
+                ("model", model.as_str()),
+                ("device", &r.label),
+                ("quantile", q),
+            ];
             ConstGauge::new(us / 1e6).encode(family.encode_family(&set)?)?;
         }
     }
@@ -235,13 +239,37 @@ impl Collector for QueueCollector {
         let e = &mut enc;
         type Count = fn(&ReplicaStats) -> u64;
         let counters: [(&str, &str, Count); 7] = [
-            ("streampool_queue_submitted", "Requests accepted into the replica's batch queue", |r| r.queue.submitted),
-            ("streampool_queue_completed", "Requests answered with a model output", |r| r.queue.completed),
-            ("streampool_queue_rejected", "Requests refused because the queue was full", |r| r.queue.rejected),
-            ("streampool_queue_expired", "Requests dropped at their deadline before running", |r| r.queue.expired),
-            ("streampool_queue_failed", "Requests whose batch failed in the model", |r| r.queue.failed),
+            (
+                "streampool_queue_submitted",
+                "Requests accepted into the replica's batch queue",
+                |r| r.queue.submitted,
+            ),
+            (
+                "streampool_queue_completed",
+                "Requests answered with a model output",
+                |r| r.queue.completed,
+            ),
+            (
+                "streampool_queue_rejected",
+                "Requests refused because the queue was full",
+                |r| r.queue.rejected,
+            ),
+            (
+                "streampool_queue_expired",
+                "Requests dropped at their deadline before running",
+                |r| r.queue.expired,
+            ),
+            (
+                "streampool_queue_failed",
+                "Requests whose batch failed in the model",
+                |r| r.queue.failed,
+            ),
             ("streampool_batches", "Batches run", |r| r.queue.batches),
-            ("streampool_replica_routed", "Requests the router sent to this replica", |r| r.routed),
+            (
+                "streampool_replica_routed",
+                "Requests the router sent to this replica",
+                |r| r.routed,
+            ),
         ];
         for (name, help, value) in counters {
             counter(e, &snap, name, help, None, value)?;
@@ -254,9 +282,13 @@ impl Collector for QueueCollector {
             Some(&Unit::Seconds),
             |r| r.queue.busy.as_secs_f64(),
         )?;
-        gauge(e, &snap, "streampool_queue_depth", "Requests waiting in the replica's batch queue", |r| {
-            i64::try_from(r.queue.queue_len).unwrap_or(i64::MAX)
-        })?;
+        gauge(
+            e,
+            &snap,
+            "streampool_queue_depth",
+            "Requests waiting in the replica's batch queue",
+            |r| i64::try_from(r.queue.queue_len).unwrap_or(i64::MAX),
+        )?;
         gauge(
             e,
             &snap,
@@ -339,7 +371,12 @@ pub async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next)
 }
 
 /// `GET /metrics`.
-pub async fn scrape(State(state): State<Arc<AppState>>) -> ([(HeaderName, &'static str); 1], String) {
+pub async fn scrape(
+    State(state): State<Arc<AppState>>,
+) -> ([(HeaderName, &'static str); 1], String) {
     state.metrics.ready.set(i64::from(state.is_ready()));
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], state.metrics.render())
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        state.metrics.render(),
+    )
 }

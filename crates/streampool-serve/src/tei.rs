@@ -61,7 +61,11 @@ impl TeiError {
     }
 
     fn validation(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Validation, message)
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorType::Validation,
+            message,
+        )
     }
 }
 
@@ -252,7 +256,9 @@ pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Res
 
 /// `GET /health`: 200 while ready (every replica loaded and accepting, not shutting down),
 /// else 503 with TEI's `unhealthy` error.
-pub async fn health(State(state): State<Arc<AppState>>) -> std::result::Result<StatusCode, TeiError> {
+pub async fn health(
+    State(state): State<Arc<AppState>>,
+) -> std::result::Result<StatusCode, TeiError> {
     if state.is_ready() {
         Ok(StatusCode::OK)
     } else {
@@ -274,11 +280,27 @@ mod tests {
     fn our_errors_map_to_tei_statuses() {
         let cases = [
             (Error::Overloaded("full".into()), 429, ErrorType::Overloaded),
-            (Error::Unavailable("shut down".into()), 503, ErrorType::Unhealthy),
-            (Error::Internal("model failed".into()), 424, ErrorType::Backend),
+            (
+                Error::Unavailable("shut down".into()),
+                503,
+                ErrorType::Unhealthy,
+            ),
+            (
+                Error::Internal("model failed".into()),
+                424,
+                ErrorType::Backend,
+            ),
             (Error::Timeout("late".into()), 504, ErrorType::Backend),
-            (Error::InputTooLong("long".into()), 413, ErrorType::Validation),
-            (Error::PayloadTooLarge { limit: 1 }, 413, ErrorType::Validation),
+            (
+                Error::InputTooLong("long".into()),
+                413,
+                ErrorType::Validation,
+            ),
+            (
+                Error::PayloadTooLarge { limit: 1 },
+                413,
+                ErrorType::Validation,
+            ),
             (Error::BadRequest("bad".into()), 422, ErrorType::Validation),
         ];
         for (error, status, kind) in cases {

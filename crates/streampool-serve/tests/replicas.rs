@@ -49,7 +49,11 @@ async fn two_device_replicas_answer_like_one_and_report_per_device() {
     for c in 0..48usize {
         let (client, base) = (client.clone(), base.clone());
         let rows: Vec<Vec<f32>> = (0..1 + c % 3)
-            .map(|r| (0..MLP_WIDTH).map(|k| ((c * 7 + r * 3 + k) % 19) as f32 / 19.0 - 0.5).collect())
+            .map(|r| {
+                (0..MLP_WIDTH)
+                    .map(|k| ((c * 7 + r * 3 + k) % 19) as f32 / 19.0 - 0.5)
+                    .collect()
+            })
             .collect();
         let want = mlp_rows(&mlp, &rows);
         let text = format!("client {c} asks about streams");

@@ -8,7 +8,11 @@ use common::*;
 use serde_json::{json, Value};
 
 fn vectors(v: &Value) -> Vec<Vec<f32>> {
-    v.as_array().expect("a JSON list").iter().map(floats).collect()
+    v.as_array()
+        .expect("a JSON list")
+        .iter()
+        .map(floats)
+        .collect()
 }
 
 fn norm(v: &[f32]) -> f32 {
@@ -66,12 +70,16 @@ async fn tei_normalize_truncate_and_token_ids() {
     assert_eq!(resp.status(), 200);
     let raw = vectors(&resp.json().await.unwrap()).remove(0);
     let n = norm(&raw);
-    assert!((n - 1.0).abs() > 1e-3, "raw vector already unit length ({n})");
+    assert!(
+        (n - 1.0).abs() > 1e-3,
+        "raw vector already unit length ({n})"
+    );
     let scaled: Vec<f32> = raw.iter().map(|x| x / n).collect();
     let ids: Vec<i64> = s.embedder.tokenize(&[text]).unwrap().input_ids().to_vec();
     // Longer than max_seq_len = 8: 413 validation unless the request truncates.
     let long = "one two three four five six seven eight nine ten";
-    let (status, msg, kind) = tei_error(s.post_json("/embed", &json!({"inputs": long})).await).await;
+    let (status, msg, kind) =
+        tei_error(s.post_json("/embed", &json!({"inputs": long})).await).await;
     assert_eq!((status, kind.as_str()), (413, "validation"), "{msg}");
     let resp = s
         .post_json("/embed", &json!({"inputs": long, "truncate": true}))
@@ -100,8 +108,16 @@ async fn tei_errors_have_tei_status_and_body() {
         (json!({"inputs": []}), 400, "empty"),
         (json!({"inputs": 42}), 422, "validation"),
         (json!({"input": "typo"}), 422, "validation"),
-        (json!({"inputs": "x", "truncation_direction": "left"}), 422, "validation"),
-        (json!({"inputs": "x", "prompt_name": "query"}), 422, "validation"),
+        (
+            json!({"inputs": "x", "truncation_direction": "left"}),
+            422,
+            "validation",
+        ),
+        (
+            json!({"inputs": "x", "prompt_name": "query"}),
+            422,
+            "validation",
+        ),
         (json!({"inputs": "x".repeat(2000)}), 413, "validation"),
     ];
     for (body, status, kind) in cases {

@@ -18,7 +18,10 @@ use streampool::{Device, DeviceConfig};
 pub fn open(spec: &str) -> Result<Device> {
     let mut devices = open_all(spec)?;
     if devices.len() != 1 {
-        bail!("{spec:?} names {} devices; this command takes one", devices.len());
+        bail!(
+            "{spec:?} names {} devices; this command takes one",
+            devices.len()
+        );
     }
     Ok(devices.remove(0))
 }
@@ -113,11 +116,17 @@ mod tests {
         let two = open_all("cpu:0, cpu:1").unwrap();
         assert_eq!(two.len(), 2);
         assert!(!two[0].same(&two[1]));
-        assert!(open_all("cpu:0").unwrap()[0].same(&two[0]), "cpu:N is one device per N");
+        assert!(
+            open_all("cpu:0").unwrap()[0].same(&two[0]),
+            "cpu:N is one device per N"
+        );
         assert!(open_all("cpu,cpu").is_err(), "a device named twice");
         assert!(open_all("cpu:x").is_err());
         assert!(open_all("tpu").is_err());
-        assert!(open("cpu:0,cpu:1").is_err(), "one-device commands refuse a list");
+        assert!(
+            open("cpu:0,cpu:1").is_err(),
+            "one-device commands refuse a list"
+        );
         #[cfg(not(feature = "cuda"))]
         assert!(open_all("cuda:all").is_err());
     }

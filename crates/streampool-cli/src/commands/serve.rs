@@ -132,7 +132,11 @@ pub fn run(args: Args) -> Result<()> {
         let server = Server::start(config, models).await?;
         // One plain line on stdout, so scripts can learn the port when it was 0.
         let names: Vec<String> = devices.iter().map(|d| d.name()).collect();
-        println!("listening on http://{} ({})", server.addr(), names.join(", "));
+        println!(
+            "listening on http://{} ({})",
+            server.addr(),
+            names.join(", ")
+        );
         server.run_until_signal().await
     })?;
     Ok(())

@@ -105,9 +105,14 @@ pub struct EmbedderEndpoint {
 impl EmbedderEndpoint {
     /// Serves the `(device label, embedder)` replicas (one model on several devices) with
     /// the limits and batch settings of `config`.
-    pub fn new(embedders: Vec<(String, Arc<SentenceEmbedder>)>, config: &ServeConfig) -> Result<Self> {
+    pub fn new(
+        embedders: Vec<(String, Arc<SentenceEmbedder>)>,
+        config: &ServeConfig,
+    ) -> Result<Self> {
         let Some((_, embedder)) = embedders.first() else {
-            return Err(Error::Config("an embedder needs at least one replica".into()));
+            return Err(Error::Config(
+                "an embedder needs at least one replica".into(),
+            ));
         };
         let embedder = embedder.clone();
         let same = |e: &SentenceEmbedder| {

@@ -141,8 +141,8 @@ impl Registry {
         let mut models = BTreeMap::new();
         for (name, group) in groups {
             let devices: Vec<&Device> = group.iter().map(ModelSpec::device).collect();
-            if let Some(dup) = (1..devices.len())
-                .find(|&i| devices[..i].iter().any(|d| d.same(devices[i])))
+            if let Some(dup) =
+                (1..devices.len()).find(|&i| devices[..i].iter().any(|d| d.same(devices[i])))
             {
                 return Err(Error::Config(format!(
                     "model {name:?}: two replicas on one device ({})",

@@ -94,7 +94,9 @@ impl TensorEndpoint {
     /// batch settings of `config`.
     pub fn new(models: Vec<(String, TensorModel)>, config: &ServeConfig) -> Result<Self> {
         let Some((_, model)) = models.first() else {
-            return Err(Error::Config("a tensor model needs at least one replica".into()));
+            return Err(Error::Config(
+                "a tensor model needs at least one replica".into(),
+            ));
         };
         let model = model.clone();
         if model.in_features == 0 || model.out_features == 0 {
@@ -112,7 +114,10 @@ impl TensorEndpoint {
         let rows = models.into_iter().map(|(label, m)| {
             let forward = m.forward.clone();
             let row_fn: RowFn = Box::new(move |x: &Tensor| forward(x));
-            (label, RowModel::new(m.device.clone(), m.in_features, row_fn))
+            (
+                label,
+                RowModel::new(m.device.clone(), m.in_features, row_fn),
+            )
         });
         let replicas = Replicas::new(rows, config.batch.clone()).map_err(Error::Batch)?;
         Ok(Self { model, replicas })
