@@ -2,7 +2,9 @@
 //! HTTP requests, errors and durations per route (recorded live by a middleware), and per
 //! model and device replica the queue's counters, depth, outstanding work, batch sizes,
 //! busy time and latency quantiles (read from the batch queues' statistics at scrape time by
-//! a collector, so the queues keep their own counters and nothing is counted twice).
+//! a collector, so the queues keep their own counters and nothing is counted twice). The
+//! middleware and the `/metrics` handler are in `http.rs`: they depend on the server state,
+//! which holds these metrics.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -19,13 +21,10 @@
 //! | `streampool_queue_latency_seconds`, `streampool_queue_wait_seconds` | gauge | `model`, `device`, `quantile` |
 //! | `streampool_replicas`, `streampool_ready` | gauge | `model` / none |
 
-use std::sync::Arc;
-use std::time::Instant;
+mod http;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderName};
-use axum::middleware::Next;
-use axum::response::Response;
+use std::sync::Arc;
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeCounterValue, EncodeLabelSet, EncodeMetric, NoLabelSet,
@@ -39,7 +38,8 @@ use prometheus_client::registry::{Registry as PromRegistry, Unit};
 use streampool_batch::{Percentiles, ReplicaStats};
 
 use crate::models::Registry;
-use crate::state::AppState;
+
+pub use http::{scrape, track};
 
 /// Upper bounds (seconds) of the request-duration histogram buckets.
 const DURATION_BOUNDS: [f64; 14] = [
@@ -47,9 +47,6 @@ const DURATION_BOUNDS: [f64; 14] = [
 ];
 /// Upper bounds of the batch-size histogram buckets.
 const BATCH_BOUNDS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
-
-/// The content type of the OpenMetrics text exposition (Prometheus scrapes it natively).
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -81,7 +78,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     durations: DurationFamily,
     /// Set from the server's readiness at each scrape.
-    ready: Gauge,
+    pub(crate) ready: Gauge,
 }
 
 impl Metrics {
@@ -352,31 +349,4 @@ fn batch_buckets(batch_sizes: &[u64]) -> (Vec<(f64, u64)>, f64, u64) {
         count += n;
     }
     (buckets, sum, count)
-}
-
-/// The middleware that records every request's route, status and duration, and logs it.
-pub async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let method = req.method().to_string();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let resp = next.run(req).await;
-    let seconds = start.elapsed().as_secs_f64();
-    let status = resp.status().as_u16();
-    state.metrics.record(&method, &route, status, seconds);
-    tracing::debug!(%method, %route, status, micros = (seconds * 1e6) as u64, "request");
-    resp
-}
-
-/// `GET /metrics`.
-pub async fn scrape(
-    State(state): State<Arc<AppState>>,
-) -> ([(HeaderName, &'static str); 1], String) {
-    state.metrics.ready.set(i64::from(state.is_ready()));
-    (
-        [(header::CONTENT_TYPE, CONTENT_TYPE)],
-        state.metrics.render(),
-    )
 }
