@@ -6,6 +6,11 @@
 //! current one, and once it holds [`LATENCY_WINDOW`] samples it becomes the previous one
 //! (the old previous is cleared and reused). A snapshot merges both: the most recent
 //! `LATENCY_WINDOW..2 * LATENCY_WINDOW` samples.
+//!
+//! Measured on the shared 2-core VM (a throwaway program, noisy): a snapshot of full windows
+//! took 5.2-6.5 ms with the old sample window (copy and sort 65,536 samples) and 0.04-0.5 ms
+//! with the histograms; recording costs tens of ns per sample either way, next to
+//! milliseconds per request; memory 264 KiB per series instead of 512 KiB.
 
 use std::time::{Duration, Instant};
 
