@@ -118,6 +118,16 @@ impl<M: BatchModel> BatchQueue<M> {
         self.shared.submit(input, Some(deadline))
     }
 
+    /// The router's submit: like [`BatchQueue::submit_with_deadline`], but a full or closed
+    /// queue gives the input back.
+    pub(crate) fn try_submit(
+        &self,
+        input: M::Input,
+        deadline: Option<Instant>,
+    ) -> Result<Handle<M::Output>, crate::shared::Refused<M::Input>> {
+        self.shared.try_submit(input, deadline)
+    }
+
     /// The async [`BatchQueue::infer`]: submitting never blocks, and waiting is a future that
     /// a worker wakes, so it is safe to call from any async runtime (tokio included).
     pub async fn infer_async(&self, input: M::Input) -> Result<M::Output, BatchError> {
@@ -137,6 +147,17 @@ impl<M: BatchModel> BatchQueue<M> {
     /// Requests waiting now (not counting batches being formed or run).
     pub fn queue_len(&self) -> usize {
         self.shared.queue.len()
+    }
+
+    /// The total [`BatchModel::cost`] of the requests accepted and not yet answered (queued,
+    /// forming or running): the load figure a [`Replicas`](crate::Replicas) router balances.
+    pub fn outstanding(&self) -> u64 {
+        self.shared.outstanding()
+    }
+
+    /// Whether the queue still accepts requests (it has not been shut down).
+    pub fn is_accepting(&self) -> bool {
+        !self.shared.queue.is_closed()
     }
 
     /// The configuration.
@@ -161,6 +182,11 @@ impl<M: BatchModel> BatchQueue<M> {
     pub fn shutdown_now(&self) {
         self.shared.close(false);
         self.join_workers();
+    }
+
+    /// Closes the queue without joining the workers (see [`Shared::close`]).
+    pub(crate) fn close(&self, drain: bool) {
+        self.shared.close(drain);
     }
 
     fn join_workers(&self) {

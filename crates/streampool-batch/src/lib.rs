@@ -11,9 +11,10 @@
 //! | [`BatchConfig`]    | batch size, wait window, queue bound, workers, length buckets         |
 //! | [`BatchModel`]     | what a model implements: `forward_batch` (+ optional lengths, checks) |
 //! | [`RowModel`]       | a ready `BatchModel` for `[batch, features] -> [batch, out]` tensors  |
+//! | [`Replicas`]       | one queue per replica (device), each request to the least loaded     |
 //! | [`Handle`]         | one submitted request: `wait`, `wait_timeout`, or `.await`            |
 //! | [`BatchError`]     | `QueueFull`, `DeadlineExceeded`, `Model`, `ShutDown`, ...             |
-//! | [`StatsSnapshot`]  | counts, batch-size histogram, queue wait and latency p50/p90/p99     |
+//! | [`StatsSnapshot`]  | counts, batch sizes, busy time, queue wait and latency p50/p90/p99   |
 //!
 //! Guarantees: every accepted request is answered exactly once, with its own output or an
 //! error; a full queue rejects at once; a request past its deadline is never run; a batch
@@ -41,6 +42,7 @@ mod config;
 mod error;
 mod model;
 mod queue;
+mod replicas;
 mod row_model;
 mod shared;
 mod slot;
@@ -53,6 +55,7 @@ pub use batch_queue::BatchQueue;
 pub use config::BatchConfig;
 pub use error::{BatchError, ModelError};
 pub use model::{BatchContext, BatchModel};
+pub use replicas::{ReplicaStats, Replicas};
 pub use row_model::RowModel;
 pub use slot::Handle;
 pub use stats::{Percentiles, StatsSnapshot, LATENCY_WINDOW};

@@ -98,6 +98,8 @@ fn loom_two_callers_one_worker() {
         workers.into_iter().for_each(|w| w.join().unwrap());
         assert_eq!(ran_sorted(&model), vec![0, 1]);
         assert_eq!(s.stats.snapshot(0).completed, 2);
+        // Every request's cost was settled exactly once (the router's load figure).
+        assert_eq!(s.outstanding(), 0);
     });
 }
 
@@ -150,6 +152,7 @@ fn loom_deadline_races_claim() {
                 assert_eq!(s.stats.snapshot(0).expired, 1);
             }
         }
+        assert_eq!(s.outstanding(), 0, "an expired request is settled too");
     });
 }
 
@@ -178,6 +181,11 @@ fn loom_shutdown_races_submit() {
                 assert!(ran.is_empty());
             }
         }
+        assert_eq!(
+            s.outstanding(),
+            0,
+            "refused, shut down or run: settled once"
+        );
     });
 }
 
@@ -194,6 +202,7 @@ fn loom_abandoned_handle() {
         let stats = s.stats.snapshot(0);
         assert_eq!(stats.completed + stats.cancelled, 1);
         assert_eq!(model.ran.lock().unwrap().len() as u64, stats.completed);
+        assert_eq!(s.outstanding(), 0, "a cancelled request is settled too");
     });
 }
 

@@ -67,6 +67,14 @@ pub trait BatchModel: Send + Sync + 'static {
         0
     }
 
+    /// How much work `input` is, in the unit a [`Replicas`](crate::Replicas) router balances:
+    /// the router sends each request to the replica with the least outstanding cost (accepted
+    /// and not yet answered). Default: 1 (one row). An embedder returns its token count, so
+    /// a replica holding a few long inputs counts as busier than one holding many short ones.
+    fn cost(&self, _input: &Self::Input) -> u64 {
+        1
+    }
+
     /// The device the model runs on. When `Some`, each worker takes its own stream of that
     /// device's pool and makes it current for the worker's life. Default: `None` (a host-only
     /// model; workers then use no stream of their own).
@@ -94,6 +102,10 @@ impl<M: BatchModel> BatchModel for std::sync::Arc<M> {
 
     fn input_len(&self, input: &Self::Input) -> usize {
         (**self).input_len(input)
+    }
+
+    fn cost(&self, input: &Self::Input) -> u64 {
+        (**self).cost(input)
     }
 
     fn device(&self) -> Option<Device> {

@@ -141,6 +141,11 @@ impl<T> RequestQueue<T> {
         removed
     }
 
+    /// Whether [`RequestQueue::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
     /// Items waiting now.
     pub(crate) fn len(&self) -> usize {
         self.state.lock().items.len()

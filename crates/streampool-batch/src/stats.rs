@@ -1,14 +1,29 @@
-//! Counters, the batch-size histogram and latency percentiles of a batch queue.
+//! Counters, the batch-size histogram, busy time and latency percentiles of a batch queue.
+//!
+//! Latencies go into HdrHistograms (`hdrhistogram`: O(1) record, 3 significant digits, fixed
+//! memory) instead of a window of raw samples that a snapshot had to copy and sort. To keep
+//! percentiles about recent traffic, each series has two histograms: samples go into the
+//! current one, and once it holds [`LATENCY_WINDOW`] samples it becomes the previous one
+//! (the old previous is cleared and reused). A snapshot merges both: the most recent
+//! `LATENCY_WINDOW..2 * LATENCY_WINDOW` samples.
+//!
+//! Measured on the shared 2-core VM (a throwaway program, noisy): a snapshot of full windows
+//! took 5.2-6.5 ms with the old sample window (copy and sort 65,536 samples) and 0.04-0.5 ms
+//! with the histograms; recording costs tens of ns per sample either way, next to
+//! milliseconds per request; memory 264 KiB per series instead of 512 KiB.
 
-use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-/// Latency samples kept per series: the most recent ones (a sliding window), so percentiles
-/// describe recent traffic and memory stays bounded.
+/// Latency samples per histogram generation: percentiles cover the most recent
+/// `LATENCY_WINDOW` to `2 * LATENCY_WINDOW` samples, so they describe recent traffic.
 pub const LATENCY_WINDOW: usize = 1 << 16;
+
+/// Largest latency recorded exactly (one hour, in ns); longer ones are recorded as this.
+const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 
 /// A point-in-time copy of a queue's statistics (see [`BatchQueue::stats`](crate::BatchQueue::stats)).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -33,6 +48,9 @@ pub struct StatsSnapshot {
     pub batch_sizes: Vec<u64>,
     /// Mean requests per batch.
     pub mean_batch_size: f64,
+    /// Wall time during which at least one batch was inside the model (overlapping batches of
+    /// several workers count once): the device's busy time when the queue owns the device.
+    pub busy: Duration,
     /// Time from submit until a worker started the request's batch.
     pub queue_wait: Percentiles,
     /// Time from submit until the answer was delivered, for completed requests.
@@ -41,7 +59,8 @@ pub struct StatsSnapshot {
     pub queue_len: usize,
 }
 
-/// Percentiles in microseconds over the most recent [`LATENCY_WINDOW`] samples.
+/// Percentiles in microseconds over the most recent samples (see [`LATENCY_WINDOW`]),
+/// within 0.1% (three significant digits).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Percentiles {
     /// Samples the percentiles are computed from.
@@ -57,28 +76,52 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(window: &VecDeque<u64>) -> Self {
-        if window.is_empty() {
+    fn of(window: &Window) -> Self {
+        let mut h = window.current.clone();
+        // Same bounds and precision on both sides, so adding cannot fail; `saturating_record`
+        // kept every value in range.
+        let _ = h.add(&window.previous);
+        if h.is_empty() {
             return Self::default();
         }
-        let mut v: Vec<u64> = window.iter().copied().collect();
-        v.sort_unstable();
-        // Nearest-rank percentile.
-        let at = |p: f64| {
-            let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-            v[rank.clamp(1, v.len()) - 1] as f64 / 1000.0
-        };
+        let at = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
         Self {
-            samples: v.len(),
-            p50_us: at(50.0),
-            p90_us: at(90.0),
-            p99_us: at(99.0),
-            max_us: at(100.0),
+            samples: usize::try_from(h.len()).unwrap_or(usize::MAX),
+            p50_us: at(0.5),
+            p90_us: at(0.9),
+            p99_us: at(0.99),
+            max_us: h.max() as f64 / 1000.0,
         }
     }
 }
 
-#[derive(Default)]
+/// Two generations of one latency series (nanoseconds), see the module docs.
+#[derive(Clone)]
+struct Window {
+    current: Histogram<u32>,
+    previous: Histogram<u32>,
+}
+
+impl Window {
+    fn new() -> Self {
+        // Constant, valid bounds (1 <= low, high >= 2 * low, sigfig <= 5): cannot fail.
+        let h = Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3).expect("valid histogram bounds");
+        Self {
+            current: h.clone(),
+            previous: h,
+        }
+    }
+
+    fn record(&mut self, d: Duration) {
+        if self.current.len() >= LATENCY_WINDOW as u64 {
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.reset();
+        }
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.current.saturating_record(ns);
+    }
+}
+
 struct Inner {
     submitted: u64,
     completed: u64,
@@ -88,17 +131,40 @@ struct Inner {
     cancelled: u64,
     shut_down: u64,
     batch_sizes: Vec<u64>,
-    /// Nanoseconds.
-    queue_wait: VecDeque<u64>,
-    /// Nanoseconds.
-    latency: VecDeque<u64>,
+    queue_wait: Window,
+    latency: Window,
+    /// Batches inside the model now, and since when at least one has been.
+    running: usize,
+    busy_since: Option<Instant>,
+    /// Busy time of the intervals already ended.
+    busy: Duration,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            submitted: 0,
+            completed: 0,
+            rejected: 0,
+            expired: 0,
+            failed: 0,
+            cancelled: 0,
+            shut_down: 0,
+            batch_sizes: Vec::new(),
+            queue_wait: Window::new(),
+            latency: Window::new(),
+            running: 0,
+            busy_since: None,
+            busy: Duration::ZERO,
+        }
+    }
 }
 
 /// The live statistics; every method takes the lock once, briefly.
 #[derive(Default)]
 pub(crate) struct Stats {
-    /// Protects all counters and windows. Held only to bump a counter or copy them out
-    /// (sorting for percentiles happens on the copy, outside the lock).
+    /// Protects all counters and histograms. Held only to bump a counter, record a sample
+    /// (O(1)) or copy them out (percentiles are read from the copy, outside the lock).
     inner: Mutex<Inner>,
 }
 
@@ -111,13 +177,6 @@ pub(crate) enum Outcome {
     Failed,
     Cancelled,
     ShutDown,
-}
-
-fn push_sample(window: &mut VecDeque<u64>, d: Duration) {
-    if window.len() == LATENCY_WINDOW {
-        window.pop_front();
-    }
-    window.push_back(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
 }
 
 impl Stats {
@@ -134,36 +193,60 @@ impl Stats {
         *c += n;
     }
 
-    /// A batch of `waits.len()` requests started; `waits` are their queue waits.
-    pub(crate) fn batch_started(&self, waits: impl Iterator<Item = Duration>) {
+    /// A batch of `waits.len()` requests entered the model at `now`; `waits` are their
+    /// queue waits. Must be paired with [`Stats::batch_finished`].
+    pub(crate) fn batch_started(&self, waits: impl Iterator<Item = Duration>, now: Instant) {
         let mut s = self.inner.lock();
         let mut n = 0;
         for w in waits {
-            push_sample(&mut s.queue_wait, w);
+            s.queue_wait.record(w);
             n += 1;
         }
+        if s.running == 0 {
+            s.busy_since = Some(now);
+        }
+        s.running += 1;
         if s.batch_sizes.len() <= n {
             s.batch_sizes.resize(n + 1, 0);
         }
         s.batch_sizes[n] += 1;
     }
 
+    /// A batch left the model at `now` (whether it succeeded or not).
+    pub(crate) fn batch_finished(&self, now: Instant) {
+        let mut s = self.inner.lock();
+        s.running = s.running.saturating_sub(1);
+        if s.running == 0 {
+            if let Some(since) = s.busy_since.take() {
+                s.busy += now.saturating_duration_since(since);
+            }
+        }
+    }
+
     /// Requests completed with these end-to-end latencies.
     pub(crate) fn completed(&self, latencies: impl Iterator<Item = Duration>) {
         let mut s = self.inner.lock();
         for l in latencies {
-            push_sample(&mut s.latency, l);
+            s.latency.record(l);
             s.completed += 1;
         }
     }
 
+    /// Clears everything but the batches running now (their busy time restarts now).
     pub(crate) fn reset(&self) {
-        *self.inner.lock() = Inner::default();
+        let mut s = self.inner.lock();
+        let running = s.running;
+        *s = Inner::default();
+        if running > 0 {
+            s.running = running;
+            s.busy_since = Some(Instant::now());
+        }
     }
 
     pub(crate) fn snapshot(&self, queue_len: usize) -> StatsSnapshot {
         let (mut snap, queue_wait, latency) = {
             let s = self.inner.lock();
+            let ongoing = s.busy_since.map_or(Duration::ZERO, |t| t.elapsed());
             let snap = StatsSnapshot {
                 submitted: s.submitted,
                 completed: s.completed,
@@ -175,6 +258,7 @@ impl Stats {
                 batches: s.batch_sizes.iter().sum(),
                 batch_sizes: s.batch_sizes.clone(),
                 mean_batch_size: 0.0,
+                busy: s.busy + ongoing,
                 queue_wait: Percentiles::default(),
                 latency: Percentiles::default(),
                 queue_len,
@@ -200,5 +284,67 @@ impl StatsSnapshot {
     /// The largest batch that ran (0 if none).
     pub fn max_batch_seen(&self) -> usize {
         self.batch_sizes.iter().rposition(|&c| c > 0).unwrap_or(0)
+    }
+}
+
+impl StatsSnapshot {
+    /// The figures of several queues taken together (e.g. the replicas of one model):
+    /// counts, batch sizes, busy time and queue lengths are summed; each latency percentile
+    /// is the largest of the queues', an upper bound of the combined percentile (samples are
+    /// summed). No snapshots give the empty snapshot.
+    pub fn sum<'a>(snapshots: impl IntoIterator<Item = &'a StatsSnapshot>) -> StatsSnapshot {
+        let mut total = StatsSnapshot {
+            submitted: 0,
+            completed: 0,
+            rejected: 0,
+            expired: 0,
+            failed: 0,
+            cancelled: 0,
+            shut_down: 0,
+            batches: 0,
+            batch_sizes: Vec::new(),
+            mean_batch_size: 0.0,
+            busy: Duration::ZERO,
+            queue_wait: Percentiles::default(),
+            latency: Percentiles::default(),
+            queue_len: 0,
+        };
+        let worst = |a: Percentiles, b: Percentiles| Percentiles {
+            samples: a.samples + b.samples,
+            p50_us: a.p50_us.max(b.p50_us),
+            p90_us: a.p90_us.max(b.p90_us),
+            p99_us: a.p99_us.max(b.p99_us),
+            max_us: a.max_us.max(b.max_us),
+        };
+        for s in snapshots {
+            total.submitted += s.submitted;
+            total.completed += s.completed;
+            total.rejected += s.rejected;
+            total.expired += s.expired;
+            total.failed += s.failed;
+            total.cancelled += s.cancelled;
+            total.shut_down += s.shut_down;
+            total.batches += s.batches;
+            if total.batch_sizes.len() < s.batch_sizes.len() {
+                total.batch_sizes.resize(s.batch_sizes.len(), 0);
+            }
+            for (t, n) in total.batch_sizes.iter_mut().zip(&s.batch_sizes) {
+                *t += n;
+            }
+            total.busy += s.busy;
+            total.queue_wait = worst(total.queue_wait, s.queue_wait);
+            total.latency = worst(total.latency, s.latency);
+            total.queue_len += s.queue_len;
+        }
+        let requests: u64 = total
+            .batch_sizes
+            .iter()
+            .enumerate()
+            .map(|(n, &c)| n as u64 * c)
+            .sum();
+        if total.batches > 0 {
+            total.mean_batch_size = requests as f64 / total.batches as f64;
+        }
+        total
     }
 }

@@ -35,7 +35,8 @@ pub struct ServeConfig {
     /// shorter than the orchestrator's kill deadline (Kubernetes'
     /// `terminationGracePeriodSeconds`, less any preStop delay).
     pub drain_timeout: Duration,
-    /// The batch queue of each model (each model gets its own queue with these settings).
+    /// The batch queue of each model replica (each replica, one per model and device, gets
+    /// its own queue with these settings).
     pub batch: BatchConfig,
 }
 

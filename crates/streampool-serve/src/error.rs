@@ -15,6 +15,10 @@ pub enum Error {
     /// input too long (when not truncating). Answered 400.
     #[error("{0}")]
     BadRequest(String),
+    /// An input is longer than the limit and the server does not truncate. Answered 400
+    /// (413 on TEI's `/embed`, as TEI does).
+    #[error("{0}")]
+    InputTooLong(String),
     /// No model, input or output of that name. Answered 404.
     #[error("{0}")]
     NotFound(String),
@@ -24,7 +28,11 @@ pub enum Error {
         /// The configured `max_body_bytes`.
         limit: usize,
     },
-    /// The model's batch queue is full, or shutting down: retry later. Answered 503 with
+    /// Every replica's batch queue is full: retry later. Answered 503 with `Retry-After`
+    /// (429 on TEI's `/embed`, as TEI does).
+    #[error("{0}")]
+    Overloaded(String),
+    /// The model's batch queue is shutting down: retry elsewhere. Answered 503 with
     /// `Retry-After`.
     #[error("{0}")]
     Unavailable(String),
@@ -64,10 +72,10 @@ impl Error {
     /// The HTTP status a request failing with this error is answered with.
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::BadRequest(_) | Error::InputTooLong(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Overloaded(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -77,13 +85,11 @@ impl Error {
     /// never wait), a passed deadline 504, a refused input 400, a failed batch 500.
     pub fn from_batch(e: BatchError) -> Self {
         match e {
-            BatchError::QueueFull { .. } | BatchError::ShutDown => {
-                Error::Unavailable(e.to_string())
-            }
+            BatchError::QueueFull { .. } => Error::Overloaded(e.to_string()),
+            BatchError::ShutDown => Error::Unavailable(e.to_string()),
             BatchError::DeadlineExceeded => Error::Timeout(e.to_string()),
-            BatchError::InputTooLong { .. } | BatchError::InvalidInput(_) => {
-                Error::BadRequest(e.to_string())
-            }
+            BatchError::InputTooLong { .. } => Error::InputTooLong(e.to_string()),
+            BatchError::InvalidInput(_) => Error::BadRequest(e.to_string()),
             other => Error::Internal(other.to_string()),
         }
     }

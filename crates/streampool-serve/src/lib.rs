@@ -1,9 +1,10 @@
 //! # streampool-serve
 //!
-//! An HTTP inference server over the streampool runtime (axum on tokio). Every model gets
-//! its own [`BatchQueue`](streampool_batch::BatchQueue): concurrent requests are batched,
-//! each runs on a worker's own stream, and each client gets its own answer back. Handlers
-//! never block the async workers: they submit to the queue and await its answer.
+//! An HTTP inference server over the streampool runtime (axum on tokio). Every model replica
+//! (one per device) gets its own [`BatchQueue`](streampool_batch::BatchQueue) behind a
+//! least-loaded router ([`Replicas`](streampool_batch::Replicas)): concurrent requests are
+//! batched, each runs on a worker's own stream, and each client gets its own answer back.
+//! Handlers never block the async workers: they submit to the queue and await its answer.
 //!
 //! | route | what |
 //! |-------|------|
@@ -11,14 +12,19 @@
 //! | `GET /v2`, `GET /v2/models/{name}`, `GET /v2/models/{name}/ready` | server and model metadata, readiness |
 //! | `POST /v2/models/{name}/infer` | KServe v2 inference: JSON tensors or the binary-data extension |
 //! | `POST /v1/embeddings` | OpenAI-compatible embeddings (strings or token ids; float or base64) |
-//! | `GET /metrics` | Prometheus: requests, errors, latency, queue depth, batch sizes |
+//! | `GET /v1/models`, `GET /v1/models/{id}` | OpenAI model list and lookup |
+//! | `POST /embed` (and `POST /`), `GET /info`, `GET /health` | text-embeddings-inference (TEI) compatible |
+//! | `GET /metrics` | Prometheus (`prometheus-client`): requests, errors, latency, and per model and device queue depth, outstanding work, batch sizes, busy time |
 //!
 //! Models ([`ModelSpec`]): a sentence embedder (`text` BYTES `[N]`, or `input_ids` INT64
 //! `[N, S]` with an optional `attention_mask`, to `embedding` FP32 `[N, dim]`) and row-wise
 //! tensor models such as the demo MLP (`input` FP32 `[N, in]` to `output` FP32 `[N, out]`).
 //!
+//! Several [`ModelSpec`]s with one name are replicas of one model (one per device).
+//!
 //! Errors ([`Error`]): bad input 400 (`{"error": "..."}`), unknown model 404, body over the
-//! limit 413, full queue 503 with `Retry-After`, timeout 504. Shutdown
+//! limit 413, full queue 503 with `Retry-After`, timeout 504; TEI's routes answer in TEI's
+//! format and statuses (413/422/429/424, see `tei.rs`). Shutdown
 //! ([`ServerHandle::shutdown`], or SIGINT/SIGTERM with [`ServerHandle::run_until_signal`])
 //! drains: new connections are refused, every request already accepted is answered, within
 //! [`ServeConfig::drain_timeout`].
@@ -54,6 +60,8 @@ mod metrics;
 mod models;
 mod openai;
 mod server;
+mod state;
+mod tei;
 
 pub use config::ServeConfig;
 pub use error::{Error, Result};
@@ -61,6 +69,7 @@ pub use metrics::Metrics;
 pub use models::{
     EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,
 };
-pub use server::{router, AppState, Server, ServerHandle};
+pub use server::{router, Server, ServerHandle};
+pub use state::AppState;
 /// The batch-queue settings of [`ServeConfig::batch`], re-exported for convenience.
 pub use streampool_batch::BatchConfig;

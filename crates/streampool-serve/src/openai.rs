@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::models::ServedModel;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::{Error, Result};
 
 /// Texts longer than this in total are tokenized on the blocking pool, not on the async
@@ -107,7 +107,7 @@ pub async fn embeddings(
     let ids = match parse_input(req.input)? {
         Input::Texts(texts) => {
             check_count(&state, texts.len())?;
-            tokenize_all(&model, texts).await?
+            tokenize_all(&model, texts, None).await?
         }
         Input::Tokens(rows) => {
             check_count(&state, rows.len())?;
@@ -145,6 +145,34 @@ pub async fn embeddings(
     .into_response())
 }
 
+/// `GET /v1/models`: every served model in OpenAI's list format.
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let data: Vec<Value> = state
+        .registry
+        .iter()
+        .map(|(name, _)| model_object(&state, name))
+        .collect();
+    Json(json!({ "object": "list", "data": data }))
+}
+
+/// `GET /v1/models/{id}`: one model, or OpenAI's 404 error.
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> std::result::Result<Json<Value>, OpenAiError> {
+    state.registry.get(&id)?;
+    Ok(Json(model_object(&state, &id)))
+}
+
+fn model_object(state: &AppState, name: &str) -> Value {
+    json!({
+        "id": name,
+        "object": "model",
+        "created": state.started_unix(),
+        "owned_by": "streampool",
+    })
+}
+
 // Typed, not `serde_json::Value`: a `Value` holds every f32 as an f64 and prints ~17 digits;
 // serialized as f32 each prints its shortest round-trip form (about half the bytes).
 #[derive(Serialize)]
@@ -175,12 +203,15 @@ struct Usage {
     total_tokens: usize,
 }
 
-enum Input {
+/// An embeddings input: texts, or token-id rows.
+pub(crate) enum Input {
     Texts(Vec<String>),
     Tokens(Vec<Vec<i64>>),
 }
 
-fn parse_input(input: Value) -> Result<Input> {
+/// Parses OpenAI's (and TEI's) `input`: a string, a list of strings, a list of token ids or
+/// a list of such lists.
+pub(crate) fn parse_input(input: Value) -> Result<Input> {
     let wrong = || {
         Error::BadRequest(
             "input must be a string, a list of strings, a list of token ids or a list of lists of token ids"
@@ -225,23 +256,28 @@ fn check_count(state: &AppState, n: usize) -> Result<()> {
 }
 
 /// Tokenizes `texts` with the embedder `model`: inline when short, on the blocking pool when
-/// long, so an async worker is never held for long.
+/// long, so an async worker is never held for long. `truncate`: the request's choice, or
+/// `None` for the server's setting.
 pub(crate) async fn tokenize_all(
     model: &Arc<ServedModel>,
     texts: Vec<String>,
+    truncate: Option<bool>,
 ) -> Result<Vec<Vec<i64>>> {
-    fn run(model: &ServedModel, texts: &[String]) -> Result<Vec<Vec<i64>>> {
+    fn run(model: &ServedModel, texts: &[String], truncate: Option<bool>) -> Result<Vec<Vec<i64>>> {
         match model {
-            ServedModel::Embedder(e) => texts.iter().map(|t| e.tokenize(t)).collect(),
+            ServedModel::Embedder(e) => {
+                let truncate = truncate.unwrap_or(e.truncates());
+                texts.iter().map(|t| e.tokenize_with(t, truncate)).collect()
+            }
             ServedModel::Tensor(_) => Err(Error::BadRequest("not an embedding model".into())),
         }
     }
     let bytes: usize = texts.iter().map(String::len).sum();
     if bytes <= INLINE_TOKENIZE_BYTES {
-        return run(model, &texts);
+        return run(model, &texts, truncate);
     }
     let model = model.clone();
-    tokio::task::spawn_blocking(move || run(&model, &texts))
+    tokio::task::spawn_blocking(move || run(&model, &texts, truncate))
         .await
         .map_err(|e| Error::Internal(format!("tokenizer task failed: {e}")))?
 }

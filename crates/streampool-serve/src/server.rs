@@ -1,65 +1,20 @@
-//! The router, the shared state its handlers see, and starting and stopping a server.
+//! The router over the handlers, and starting and stopping a server.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::rejection::BytesRejection;
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::metrics::{self, Metrics};
-use crate::models::{ModelSpec, Registry};
-use crate::{kserve, openai, Error, Result, ServeConfig};
+use crate::models::ModelSpec;
+use crate::state::AppState;
+use crate::{kserve, metrics, openai, tei, Error, Result, ServeConfig};
 
-/// What every handler shares: the models, the settings and the metrics.
-pub struct AppState {
-    pub(crate) registry: Registry,
-    pub(crate) config: ServeConfig,
-    pub(crate) metrics: Metrics,
-    /// Set once shutdown begins: readiness then answers 503 so balancers stop sending.
-    shutting_down: AtomicBool,
-}
-
-impl AppState {
-    /// Validates `config` and starts one batch queue per model.
-    pub fn new(config: ServeConfig, models: Vec<ModelSpec>) -> Result<Arc<Self>> {
-        config.validate()?;
-        let registry = Registry::new(models, &config)?;
-        Ok(Arc::new(Self {
-            registry,
-            config,
-            metrics: Metrics::default(),
-            shutting_down: AtomicBool::new(false),
-        }))
-    }
-
-    /// The served models.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    pub(crate) fn is_ready(&self) -> bool {
-        !self.shutting_down.load(Ordering::Acquire)
-    }
-
-    /// A body the extractor refused: over the size limit (413) or unreadable (400).
-    pub(crate) fn body_error(&self, r: BytesRejection) -> Error {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Error::PayloadTooLarge {
-                limit: self.config.max_body_bytes,
-            }
-        } else {
-            Error::BadRequest(r.body_text())
-        }
-    }
-}
-
-/// Every route of the server on `state`: KServe v2 under `/v2`, `/v1/embeddings`, and
+/// Every route of the server on `state`: KServe v2 under `/v2`, OpenAI's `/v1/embeddings`
+/// and `/v1/models`, text-embeddings-inference's `/embed`, `/info` and `/health`, and
 /// `/metrics`.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -82,6 +37,13 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(kserve::infer_version),
         )
         .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/models/{id}", get(openai::model))
+        .route("/embed", post(tei::embed))
+        // TEI answers its model's main task on `/` too; `huggingface_hub` posts there.
+        .route("/", post(tei::embed))
+        .route("/info", get(tei::info))
+        .route("/health", get(tei::health))
         .route("/metrics", get(metrics::scrape))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -130,7 +92,11 @@ impl Server {
                 })
                 .await
         });
-        let names: Vec<&str> = state.registry.iter().map(|(n, _)| n).collect();
+        let names: Vec<String> = state
+            .registry()
+            .iter()
+            .map(|(n, m)| format!("{n} on {}", m.labels().join(",")))
+            .collect();
         tracing::info!(%addr, models = ?names, "serving");
         Ok(ServerHandle {
             addr,
@@ -171,7 +137,7 @@ impl ServerHandle {
     pub async fn shutdown(self) -> Result<()> {
         let limit = self.state.config.drain_timeout;
         tracing::info!(?limit, "shutting down: answering the requests in flight");
-        self.state.shutting_down.store(true, Ordering::Release);
+        self.state.begin_shutdown();
         // The server may have ended on its own (an I/O error); its result says so below.
         let _ = self.stop.send(());
         let (task, state) = (self.task, self.state);

@@ -1,4 +1,5 @@
-//! Clients no one here wrote: NVIDIA's `tritonclient[http]` and OpenAI's `openai` Python
+//! Clients no one here wrote: NVIDIA's `tritonclient[http]`, OpenAI's `openai` and (when
+//! installed) Hugging Face's `huggingface_hub` Python
 //! packages against the server on 127.0.0.1 (`tests/clients/test_clients.py`), checked
 //! against the in-process models. CI installs the packages (`.ci/run`); without them this test
 //! prints a loud SKIP and passes.

@@ -3,6 +3,10 @@
 //!
 //! With no `--model` it serves the tiny model shipped in the repository (`models/tiny-bert`,
 //! found as `streampool embed` finds it), so it starts with no setup.
+//!
+//! `--device` may name several devices (`cuda:all`, `cuda:0,cuda:1`, `cpu:0,cpu:1`): every
+//! model is then loaded once per device (in parallel), each copy gets its own batch queue,
+//! and a router sends each request to the least loaded copy.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -16,7 +20,8 @@ use streampool_serve::{BatchConfig, ModelSpec, ServeConfig, Server, TensorModel}
 /// Arguments of `streampool serve`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device: cpu, cuda or cuda:N.
+    /// Device(s): cpu, cpu:N, cuda, cuda:N, cuda:all, or a comma-separated list (one model
+    /// replica per device, requests to the least loaded).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Embedding model folder (config.json, model.safetensors, tokenizer.json); repeat to
@@ -53,10 +58,10 @@ pub struct Args {
     /// Milliseconds a partial batch waits for more requests.
     #[arg(long, default_value_t = 2.0)]
     max_wait_ms: f64,
-    /// Requests waiting per model before new ones get 503.
+    /// Requests waiting per model replica before new ones get 503.
     #[arg(long, default_value_t = 1024)]
     max_queue: usize,
-    /// Batch worker threads per model.
+    /// Batch worker threads per model replica.
     #[arg(long, default_value_t = 2)]
     workers: usize,
     /// Seconds before an unanswered request gets 504.
@@ -72,7 +77,7 @@ pub struct Args {
 /// Loads the models and serves until SIGINT or SIGTERM.
 pub fn run(args: Args) -> Result<()> {
     init_logging();
-    let dev = super::device::open(&args.device)?;
+    let devices = super::device::open_all(&args.device)?;
     // (name, folder): a --model folder is served under its folder name; MiniLM under its
     // own name, whatever folder pip installed it in.
     let mut dirs = Vec::new();
@@ -89,20 +94,24 @@ pub fn run(args: Args) -> Result<()> {
     if dirs.is_empty() {
         dirs.push(("tiny-bert".to_string(), find_tiny_bert()?));
     }
+    // One replica of every model per device, loaded on all devices at once: loading is
+    // mostly copying weights to the device, which the devices can do in parallel.
+    let per_device: Vec<Result<Vec<ModelSpec>>> = std::thread::scope(|s| {
+        let loads: Vec<_> = devices
+            .iter()
+            .map(|dev| s.spawn(|| load_replicas(dev, &dirs, !args.no_mlp)))
+            .collect();
+        loads
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("loading a replica panicked")))
+            })
+            .collect()
+    });
     let mut models = Vec::new();
-    for (name, dir) in dirs {
-        let embedder = SentenceEmbedder::load(&dev, &dir)
-            .with_context(|| format!("loading the model in {}", dir.display()))?;
-        models.push(ModelSpec::Embedder {
-            name,
-            embedder: Arc::new(embedder),
-        });
-    }
-    if !args.no_mlp {
-        models.push(ModelSpec::Tensor {
-            name: "mlp".into(),
-            model: TensorModel::mlp(&dev, 256, 0)?,
-        });
+    for specs in per_device {
+        models.extend(specs?);
     }
     let config = ServeConfig {
         addr: SocketAddr::new(args.host, args.port),
@@ -129,7 +138,12 @@ pub fn run(args: Args) -> Result<()> {
     let served = rt.block_on(async {
         let server = Server::start(config, models).await?;
         // One plain line on stdout, so scripts can learn the port when it was 0.
-        println!("listening on http://{} ({})", server.addr(), dev.name());
+        let names: Vec<String> = devices.iter().map(|d| d.name()).collect();
+        println!(
+            "listening on http://{} ({})",
+            server.addr(),
+            names.join(", ")
+        );
         server.run_until_signal().await
     });
     if let Err(e @ streampool_serve::Error::DrainTimeout(_)) = served {
@@ -141,6 +155,30 @@ pub fn run(args: Args) -> Result<()> {
     }
     served?;
     Ok(())
+}
+
+/// Every model of `dirs` (plus the MLP) loaded on `dev`: one replica of each.
+fn load_replicas(
+    dev: &streampool::Device,
+    dirs: &[(String, PathBuf)],
+    mlp: bool,
+) -> Result<Vec<ModelSpec>> {
+    let mut models = Vec::new();
+    for (name, dir) in dirs {
+        let embedder = SentenceEmbedder::load(dev, dir)
+            .with_context(|| format!("loading the model in {} on {}", dir.display(), dev.name()))?;
+        models.push(ModelSpec::Embedder {
+            name: name.clone(),
+            embedder: Arc::new(embedder),
+        });
+    }
+    if mlp {
+        models.push(ModelSpec::Tensor {
+            name: "mlp".into(),
+            model: TensorModel::mlp(dev, 256, 0)?,
+        });
+    }
+    Ok(models)
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).

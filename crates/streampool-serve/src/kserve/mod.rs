@@ -14,7 +14,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::models::{EmbedderEndpoint, ServedModel, TensorEndpoint};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::{Error, Result};
 use tensors::{Data, InferRequest, Input, Output, HEADER_LENGTH};
 
@@ -251,7 +251,7 @@ async fn infer_embedder(
                     .map_err(|_| Error::BadRequest("input \"text\": not valid UTF-8".into()))
             })
             .collect::<Result<Vec<_>>>()?;
-        crate::openai::tokenize_all(model, texts).await?
+        crate::openai::tokenize_all(model, texts, None).await?
     } else if let Some(input_ids) = take_input(&mut inputs, "input_ids") {
         let mask = take_input(&mut inputs, "attention_mask");
         no_extra_inputs(&inputs, EXPECTED)?;

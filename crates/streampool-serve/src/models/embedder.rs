@@ -1,10 +1,11 @@
-//! A sentence embedder served through its own batch queue: tokenization per request, one
-//! batched forward per batch.
+//! A sentence embedder served through one batch queue per replica: tokenization per request,
+//! one batched forward per batch.
 
 use std::sync::Arc;
 
 use streampool::Device;
-use streampool_batch::{BatchConfig, BatchContext, BatchModel, BatchQueue, ModelError};
+use streampool_batch::{BatchConfig, BatchContext, BatchModel, ModelError, Replicas};
+use streampool_nn::pooling::{l2_normalize, mean_pool};
 use streampool_nn::{BertInput, SentenceEmbedder};
 use tokenizers::Tokenizer;
 
@@ -14,40 +15,72 @@ use crate::{Error, Result, ServeConfig};
 /// long ones.
 const BUCKETS: [usize; 6] = [16, 32, 64, 128, 256, 512];
 
-/// The batch side of an embedder: one request is one tokenized sentence (ids with special
-/// tokens), one output its unit-length embedding.
+/// One request of an embedder's queue: a tokenized sentence (ids with special tokens) and
+/// whether its embedding is scaled to unit length.
+struct EmbedRequest {
+    ids: Vec<i64>,
+    normalize: bool,
+}
+
+/// The batch side of one embedder replica: one output per request, its mean-pooled
+/// embedding (unit length when asked).
 struct EmbedBatch {
     embedder: Arc<SentenceEmbedder>,
 }
 
 impl BatchModel for EmbedBatch {
-    type Input = Vec<i64>;
+    type Input = EmbedRequest;
     type Output = Vec<f32>;
 
     fn forward_batch(
         &self,
-        inputs: Vec<Vec<i64>>,
+        inputs: Vec<EmbedRequest>,
         _ctx: &BatchContext,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         // Padded to the batch's longest input rather than to the bucket: every input of the
         // batch fits either way, and the padding is masked, so the shorter pad only saves work.
-        let input = BertInput::from_sequences(&inputs)?;
-        let flat = self.embedder.embed_input(&input)?.to_vec::<f32>()?;
-        Ok(flat
+        let (ids, normalize): (Vec<Vec<i64>>, Vec<bool>) =
+            inputs.into_iter().map(|r| (r.ids, r.normalize)).unzip();
+        let input = BertInput::from_sequences(&ids)?;
+        let all_normalized = normalize.iter().all(|&n| n);
+        let flat = if all_normalized {
+            // The common case, exactly as `SentenceEmbedder::embed_input`: on the device.
+            self.embedder.embed_input(&input)?.to_vec::<f32>()?
+        } else {
+            let hidden = self.embedder.model().forward(&input)?;
+            mean_pool(&hidden, input.attention_mask())?.to_vec::<f32>()?
+        };
+        let mut rows: Vec<Vec<f32>> = flat
             .chunks_exact(self.embedder.dim())
             .map(<[f32]>::to_vec)
-            .collect())
+            .collect();
+        if !all_normalized {
+            for (row, _) in rows.iter_mut().zip(&normalize).filter(|(_, &n)| n) {
+                let x = streampool::Tensor::from_vec(
+                    std::mem::take(row),
+                    &[1, self.embedder.dim()],
+                    self.embedder.model().device(),
+                )?;
+                *row = l2_normalize(&x)?.to_vec::<f32>()?;
+            }
+        }
+        Ok(rows)
     }
 
-    fn check_input(&self, ids: &Vec<i64>) -> Result<(), ModelError> {
-        if ids.is_empty() {
+    fn check_input(&self, r: &EmbedRequest) -> Result<(), ModelError> {
+        if r.ids.is_empty() {
             return Err("an input has no tokens".into());
         }
         Ok(())
     }
 
-    fn input_len(&self, ids: &Vec<i64>) -> usize {
-        ids.len()
+    fn input_len(&self, r: &EmbedRequest) -> usize {
+        r.ids.len()
+    }
+
+    /// Tokens: the router balances replicas by the tokens they hold, not the requests.
+    fn cost(&self, r: &EmbedRequest) -> u64 {
+        r.ids.len() as u64
     }
 
     fn device(&self) -> Option<Device> {
@@ -55,8 +88,8 @@ impl BatchModel for EmbedBatch {
     }
 }
 
-/// One served sentence-embedding model: tokenizers for counting and truncating, and the
-/// queue its requests are batched in.
+/// One served sentence-embedding model: tokenizers for counting and truncating, and its
+/// replicas (one batch queue each) that requests are routed to.
 pub struct EmbedderEndpoint {
     /// Counts tokens with no truncation, so an over-long input is seen as such.
     full: Tokenizer,
@@ -66,12 +99,32 @@ pub struct EmbedderEndpoint {
     truncate: bool,
     vocab_size: usize,
     dim: usize,
-    queue: BatchQueue<EmbedBatch>,
+    replicas: Replicas<EmbedBatch>,
 }
 
 impl EmbedderEndpoint {
-    /// Serves `embedder` with the limits and batch settings of `config`.
-    pub fn new(embedder: Arc<SentenceEmbedder>, config: &ServeConfig) -> Result<Self> {
+    /// Serves the `(device label, embedder)` replicas (one model on several devices) with
+    /// the limits and batch settings of `config`.
+    pub fn new(
+        embedders: Vec<(String, Arc<SentenceEmbedder>)>,
+        config: &ServeConfig,
+    ) -> Result<Self> {
+        let Some((_, embedder)) = embedders.first() else {
+            return Err(Error::Config(
+                "an embedder needs at least one replica".into(),
+            ));
+        };
+        let embedder = embedder.clone();
+        let same = |e: &SentenceEmbedder| {
+            e.dim() == embedder.dim()
+                && e.model().config().vocab_size == embedder.model().config().vocab_size
+                && e.tokenizer().max_len() == embedder.tokenizer().max_len()
+        };
+        if !embedders.iter().all(|(_, e)| same(e)) {
+            return Err(Error::Config(
+                "replicas of one embedder differ in width, vocabulary or length".into(),
+            ));
+        }
         let model_max = embedder.tokenizer().max_len();
         let max_seq_len = config.max_seq_len.unwrap_or(model_max).min(model_max);
         let tokenizer = |truncation| -> Result<Tokenizer> {
@@ -94,7 +147,13 @@ impl EmbedderEndpoint {
         };
         let vocab_size = embedder.model().config().vocab_size;
         let dim = embedder.dim();
-        let queue = BatchQueue::new(EmbedBatch { embedder }, batch).map_err(Error::Batch)?;
+        let replicas = Replicas::new(
+            embedders
+                .into_iter()
+                .map(|(label, embedder)| (label, EmbedBatch { embedder })),
+            batch,
+        )
+        .map_err(Error::Batch)?;
         Ok(Self {
             full,
             truncating,
@@ -102,7 +161,7 @@ impl EmbedderEndpoint {
             truncate: config.truncate,
             vocab_size,
             dim,
-            queue,
+            replicas,
         })
     }
 
@@ -116,14 +175,24 @@ impl EmbedderEndpoint {
         self.max_seq_len
     }
 
-    /// The statistics of this model's batch queue.
-    pub fn queue_stats(&self) -> streampool_batch::StatsSnapshot {
-        self.queue.stats()
+    /// The replicas (their statistics, labels, load).
+    pub fn replicas(&self) -> &Replicas<impl BatchModel> {
+        &self.replicas
+    }
+
+    /// Whether longer inputs are truncated (else refused).
+    pub fn truncates(&self) -> bool {
+        self.truncate
     }
 
     /// Tokenizes one text: its ids (special tokens included), truncated or refused when
-    /// longer than `max_seq_len`.
+    /// longer than `max_seq_len` (as the server's `truncate` setting says).
     pub fn tokenize(&self, text: &str) -> Result<Vec<i64>> {
+        self.tokenize_with(text, self.truncate)
+    }
+
+    /// [`EmbedderEndpoint::tokenize`] with the request's own choice to truncate.
+    pub fn tokenize_with(&self, text: &str, truncate: bool) -> Result<Vec<i64>> {
         let widen = |e: tokenizers::Encoding| e.get_ids().iter().map(|&x| i64::from(x)).collect();
         let enc = self
             .full
@@ -132,9 +201,9 @@ impl EmbedderEndpoint {
         if enc.len() <= self.max_seq_len {
             return Ok(widen(enc));
         }
-        if !self.truncate {
-            return Err(Error::BadRequest(format!(
-                "input of {} tokens exceeds the maximum of {} (the server does not truncate)",
+        if !truncate {
+            return Err(Error::InputTooLong(format!(
+                "input of {} tokens exceeds the maximum of {} (not truncating)",
                 enc.len(),
                 self.max_seq_len
             )));
@@ -145,8 +214,14 @@ impl EmbedderEndpoint {
             .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
     }
 
-    /// Checks (and maybe truncates) a sequence of token ids given by the client.
-    pub fn check_ids(&self, mut ids: Vec<i64>) -> Result<Vec<i64>> {
+    /// Checks (and maybe truncates, as the server's `truncate` setting says) a sequence of
+    /// token ids given by the client.
+    pub fn check_ids(&self, ids: Vec<i64>) -> Result<Vec<i64>> {
+        self.check_ids_with(ids, self.truncate)
+    }
+
+    /// [`EmbedderEndpoint::check_ids`] with the request's own choice to truncate.
+    pub fn check_ids_with(&self, mut ids: Vec<i64>, truncate: bool) -> Result<Vec<i64>> {
         if ids.is_empty() {
             return Err(Error::BadRequest("an input has no tokens".into()));
         }
@@ -160,9 +235,9 @@ impl EmbedderEndpoint {
             )));
         }
         if ids.len() > self.max_seq_len {
-            if !self.truncate {
-                return Err(Error::BadRequest(format!(
-                    "input of {} tokens exceeds the maximum of {} (the server does not truncate)",
+            if !truncate {
+                return Err(Error::InputTooLong(format!(
+                    "input of {} tokens exceeds the maximum of {} (not truncating)",
                     ids.len(),
                     self.max_seq_len
                 )));
@@ -172,13 +247,29 @@ impl EmbedderEndpoint {
         Ok(ids)
     }
 
-    /// Embeds tokenized inputs through the queue; all are submitted before any is awaited, so
-    /// they can share batches with each other and with other clients' requests.
+    /// Embeds tokenized inputs (unit length) through the replicas; all are submitted before
+    /// any is awaited, so they can share batches with each other and with other clients'
+    /// requests.
     pub fn embed(
         &self,
         inputs: Vec<Vec<i64>>,
         deadline: std::time::Instant,
     ) -> impl std::future::Future<Output = Result<Vec<Vec<f32>>>> + Send + '_ {
-        super::run_all(&self.queue, inputs, deadline)
+        self.embed_with(inputs, true, deadline)
+    }
+
+    /// [`EmbedderEndpoint::embed`], unit length only when `normalize` (else the raw
+    /// mean-pooled vectors).
+    pub fn embed_with(
+        &self,
+        inputs: Vec<Vec<i64>>,
+        normalize: bool,
+        deadline: std::time::Instant,
+    ) -> impl std::future::Future<Output = Result<Vec<Vec<f32>>>> + Send + '_ {
+        let requests = inputs
+            .into_iter()
+            .map(|ids| EmbedRequest { ids, normalize })
+            .collect();
+        super::run_all(&self.replicas, requests, deadline)
     }
 }

@@ -9,7 +9,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use streampool_batch::{BatchModel, BatchQueue, StatsSnapshot};
+use streampool::{Device, DeviceKind};
+use streampool_batch::{BatchModel, ReplicaStats, Replicas, StatsSnapshot};
 use streampool_nn::SentenceEmbedder;
 
 pub use embedder::EmbedderEndpoint;
@@ -18,6 +19,12 @@ pub use tensor::{ForwardFn, TensorEndpoint, TensorModel};
 use crate::{Error, Result, ServeConfig};
 
 /// A model to serve, before its queue exists.
+///
+/// **Replicas:** several specs with the same name are replicas of one model, usually one per
+/// device (`streampool serve --device cuda:all` gives one per GPU). Each replica gets its own
+/// batch queue, and a router sends each request to the replica with the least outstanding
+/// work (rows for tensor models, tokens for embedders; see
+/// [`Replicas`](streampool_batch::Replicas)). Replicas must agree in kind and shape.
 pub enum ModelSpec {
     /// A sentence embedder: KServe `BYTES [N]` texts (or `INT64` token ids) to `FP32 [N, dim]`,
     /// and `/v1/embeddings`.
@@ -43,6 +50,36 @@ impl ModelSpec {
             ModelSpec::Embedder { name, .. } | ModelSpec::Tensor { name, .. } => name,
         }
     }
+
+    fn device(&self) -> &Device {
+        match self {
+            ModelSpec::Embedder { embedder, .. } => embedder.model().device(),
+            ModelSpec::Tensor { model, .. } => model.device(),
+        }
+    }
+}
+
+/// Labels for the replicas on `devices`, as `/metrics` shows them: `cuda:N` for a GPU, and
+/// `cpu` for a lone CPU replica or `cpu:0`, `cpu:1`, ... (in order) for several.
+fn device_labels(devices: &[&Device]) -> Vec<String> {
+    let cpus = devices
+        .iter()
+        .filter(|d| d.kind() == DeviceKind::Cpu)
+        .count();
+    let mut next_cpu = 0;
+    devices
+        .iter()
+        .map(|d| match d.kind() {
+            DeviceKind::Cpu if cpus == 1 => "cpu".to_string(),
+            DeviceKind::Cpu => {
+                next_cpu += 1;
+                format!("cpu:{}", next_cpu - 1)
+            }
+            DeviceKind::Cuda(n) => format!("cuda:{n}"),
+            #[allow(unreachable_patterns)] // other backends may come
+            _ => d.name(),
+        })
+        .collect()
 }
 
 /// A model being served.
@@ -54,11 +91,33 @@ pub enum ServedModel {
 }
 
 impl ServedModel {
-    /// Its queue's statistics.
+    /// Its queues' statistics summed over the replicas (latency percentiles: the largest
+    /// replica's, an upper bound of the whole's).
     pub fn stats(&self) -> StatsSnapshot {
+        streampool_batch::StatsSnapshot::sum(self.replica_stats().iter().map(|r| &r.queue))
+    }
+
+    /// Each replica's routing count, outstanding work and queue statistics.
+    pub fn replica_stats(&self) -> Vec<ReplicaStats> {
         match self {
-            ServedModel::Embedder(e) => e.queue_stats(),
-            ServedModel::Tensor(t) => t.queue_stats(),
+            ServedModel::Embedder(e) => e.replicas().stats(),
+            ServedModel::Tensor(t) => t.replicas().stats(),
+        }
+    }
+
+    /// The replicas' device labels, in order.
+    pub fn labels(&self) -> Vec<String> {
+        match self {
+            ServedModel::Embedder(e) => e.replicas().labels().map(str::to_string).collect(),
+            ServedModel::Tensor(t) => t.replicas().labels().map(str::to_string).collect(),
+        }
+    }
+
+    /// Whether every replica's queue accepts requests.
+    pub fn is_accepting(&self) -> bool {
+        match self {
+            ServedModel::Embedder(e) => e.replicas().is_accepting(),
+            ServedModel::Tensor(t) => t.replicas().is_accepting(),
         }
     }
 }
@@ -69,25 +128,56 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts one batch queue per model.
+    /// Starts one batch queue per replica; specs sharing a name are replicas of one model.
     pub fn new(specs: Vec<ModelSpec>, config: &ServeConfig) -> Result<Self> {
-        let mut models = BTreeMap::new();
+        let mut groups: BTreeMap<String, Vec<ModelSpec>> = BTreeMap::new();
         for spec in specs {
             let name = spec.name().to_string();
             if name.is_empty() || name.contains('/') {
                 return Err(Error::Config(format!("invalid model name {name:?}")));
             }
-            let served = match spec {
-                ModelSpec::Embedder { embedder, .. } => {
-                    ServedModel::Embedder(Box::new(EmbedderEndpoint::new(embedder, config)?))
-                }
-                ModelSpec::Tensor { model, .. } => {
-                    ServedModel::Tensor(TensorEndpoint::new(model, config)?)
-                }
-            };
-            if models.insert(name.clone(), Arc::new(served)).is_some() {
-                return Err(Error::Config(format!("two models named {name:?}")));
+            groups.entry(name).or_default().push(spec);
+        }
+        let mut models = BTreeMap::new();
+        for (name, group) in groups {
+            let devices: Vec<&Device> = group.iter().map(ModelSpec::device).collect();
+            if let Some(dup) =
+                (1..devices.len()).find(|&i| devices[..i].iter().any(|d| d.same(devices[i])))
+            {
+                return Err(Error::Config(format!(
+                    "model {name:?}: two replicas on one device ({})",
+                    devices[dup].name()
+                )));
             }
+            let labels = device_labels(&devices);
+            let mismatch = || Error::Config(format!("model {name:?}: replicas differ in kind"));
+            let served = match group.first() {
+                Some(ModelSpec::Embedder { .. }) => {
+                    let embedders = labels
+                        .into_iter()
+                        .zip(group)
+                        .map(|(label, spec)| match spec {
+                            ModelSpec::Embedder { embedder, .. } => Ok((label, embedder)),
+                            ModelSpec::Tensor { .. } => Err(mismatch()),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    ServedModel::Embedder(Box::new(EmbedderEndpoint::new(embedders, config)?))
+                }
+                Some(ModelSpec::Tensor { .. }) => {
+                    let tensors = labels
+                        .into_iter()
+                        .zip(group)
+                        .map(|(label, spec)| match spec {
+                            ModelSpec::Tensor { model, .. } => Ok((label, model)),
+                            ModelSpec::Embedder { .. } => Err(mismatch()),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    ServedModel::Tensor(TensorEndpoint::new(tensors, config)?)
+                }
+                // Groups are created with their first spec.
+                None => continue,
+            };
+            models.insert(name, Arc::new(served));
         }
         if models.is_empty() {
             return Err(Error::Config("no models to serve".into()));
@@ -120,14 +210,14 @@ impl Registry {
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Submits every input before awaiting any (so they batch together and with other clients'
-/// requests), then collects the outputs in order. A rejected submit answers the whole
+/// requests; each goes to the least loaded replica), then collects the outputs in order. A rejected submit answers the whole
 /// request with its error; the inputs already queued are then skipped (their handles drop).
 ///
 /// The future is boxed as `Send` here, where `M` is generic: rustc cannot prove the unboxed
 /// future `Send` for every lifetime the router's handler bound asks about when `M` holds a
 /// higher-ranked `Fn(&Tensor)`.
 fn run_all<M: BatchModel>(
-    queue: &BatchQueue<M>,
+    queue: &Replicas<M>,
     inputs: Vec<M::Input>,
     deadline: Instant,
 ) -> BoxFuture<'_, Result<Vec<M::Output>>> {
@@ -135,7 +225,7 @@ fn run_all<M: BatchModel>(
 }
 
 async fn run_all_inner<M: BatchModel>(
-    queue: &BatchQueue<M>,
+    queue: &Replicas<M>,
     inputs: Vec<M::Input>,
     deadline: Instant,
 ) -> Result<Vec<M::Output>> {

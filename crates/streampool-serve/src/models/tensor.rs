@@ -1,11 +1,11 @@
 //! Row-wise tensor models (`FP32 [N, in] -> FP32 [N, out]`), e.g. a small MLP, served
-//! through their own batch queue.
+//! through one batch queue per replica.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use streampool::{Device, Tensor};
-use streampool_batch::{BatchQueue, RowModel};
+use streampool_batch::{BatchModel, Replicas, RowModel};
 
 use crate::{Error, Result, ServeConfig};
 
@@ -83,40 +83,59 @@ impl TensorModel {
 
 type RowFn = Box<dyn Fn(&Tensor) -> streampool::Result<Tensor> + Send + Sync + 'static>;
 
-/// One served tensor model and its queue.
+/// One served tensor model and its replicas (one batch queue each).
 pub struct TensorEndpoint {
     model: TensorModel,
-    queue: BatchQueue<RowModel<RowFn>>,
+    replicas: Replicas<RowModel<RowFn>>,
 }
 
 impl TensorEndpoint {
-    /// Serves `model` with the batch settings of `config`.
-    pub fn new(model: TensorModel, config: &ServeConfig) -> Result<Self> {
+    /// Serves the `(device label, model)` replicas (one model on several devices) with the
+    /// batch settings of `config`.
+    pub fn new(models: Vec<(String, TensorModel)>, config: &ServeConfig) -> Result<Self> {
+        let Some((_, model)) = models.first() else {
+            return Err(Error::Config(
+                "a tensor model needs at least one replica".into(),
+            ));
+        };
+        let model = model.clone();
         if model.in_features == 0 || model.out_features == 0 {
             return Err(Error::Config(
                 "a tensor model needs at least one input and output feature".into(),
             ));
         }
-        let forward = model.forward.clone();
-        let row_fn: RowFn = Box::new(move |x: &Tensor| forward(x));
-        let rows = RowModel::new(model.device.clone(), model.in_features, row_fn);
-        let queue = BatchQueue::new(rows, config.batch.clone()).map_err(Error::Batch)?;
-        Ok(Self { model, queue })
+        if models.iter().any(|(_, m)| {
+            (m.in_features, m.out_features) != (model.in_features, model.out_features)
+        }) {
+            return Err(Error::Config(
+                "replicas of one tensor model differ in shape".into(),
+            ));
+        }
+        let rows = models.into_iter().map(|(label, m)| {
+            let forward = m.forward.clone();
+            let row_fn: RowFn = Box::new(move |x: &Tensor| forward(x));
+            (
+                label,
+                RowModel::new(m.device.clone(), m.in_features, row_fn),
+            )
+        });
+        let replicas = Replicas::new(rows, config.batch.clone()).map_err(Error::Batch)?;
+        Ok(Self { model, replicas })
     }
 
-    /// The served model.
+    /// The served model (its first replica).
     pub fn model(&self) -> &TensorModel {
         &self.model
     }
 
-    /// The statistics of this model's batch queue.
-    pub fn queue_stats(&self) -> streampool_batch::StatsSnapshot {
-        self.queue.stats()
+    /// The replicas (their statistics, labels, load).
+    pub fn replicas(&self) -> &Replicas<impl BatchModel> {
+        &self.replicas
     }
 
     /// Runs `rows` through the queue; each output row is checked to have `out_features`.
     pub async fn infer(&self, rows: Vec<Vec<f32>>, deadline: Instant) -> Result<Vec<Vec<f32>>> {
-        let out = super::run_all(&self.queue, rows, deadline).await?;
+        let out = super::run_all(&self.replicas, rows, deadline).await?;
         if let Some(bad) = out.iter().find(|r| r.len() != self.model.out_features) {
             return Err(Error::Internal(format!(
                 "model returned a row of {} values, expected {}",

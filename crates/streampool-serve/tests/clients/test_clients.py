@@ -2,9 +2,11 @@
 """Clients no one here wrote against a running `streampool serve`.
 
 Drives the server with NVIDIA's `tritonclient[http]` (KServe v2: health, metadata,
-readiness, infer with JSON and with binary tensors) and with OpenAI's `openai` package
-(`client.embeddings.create`), and checks every answer against the expected values the Rust
-test computed with the in-process models (a JSON file).
+readiness, infer with JSON and with binary tensors), with OpenAI's `openai` package
+(`client.embeddings.create`, `client.models`), and, when installed, with Hugging Face's
+`huggingface_hub` (`InferenceClient.feature_extraction`, the client of text-embeddings-
+inference's `/embed`), and checks every answer against the expected values the Rust test
+computed with the in-process models (a JSON file).
 
 Usage: test_clients.py --url 127.0.0.1:PORT --expected expected.json
 Exits non-zero on the first mismatch.
@@ -106,7 +108,32 @@ def check_openai(url, exp):
         raise AssertionError("too many inputs were accepted")
     except openai.BadRequestError as e:
         assert "exceed" in str(e), e
+    assert sorted(m.id for m in client.models.list()) == sorted([emb["name"], exp["mlp"]["name"]])
+    assert client.models.retrieve(emb["name"]).id == emb["name"]
+    try:
+        client.models.retrieve("no-such-model")
+        raise AssertionError("an unknown model was found")
+    except openai.NotFoundError:
+        pass
     print("openai: ok")
+
+
+def check_huggingface_hub(url, exp):
+    try:
+        from huggingface_hub import InferenceClient
+    except ImportError:
+        print("!!!!!!!!!! huggingface_hub: SKIPPED (not installed; CI installs it) !!!!!!!!!!")
+        return
+    emb = exp["embedder"]
+    # The TEI way: the server's URL as the model; the client posts TEI's request to it.
+    client = InferenceClient(model=f"http://{url}")
+    texts = emb["texts"]
+    close(client.feature_extraction(texts[0]), [emb["vectors"][0]], "huggingface_hub single")
+    close(client.feature_extraction(texts), emb["vectors"], "huggingface_hub list")
+    raw = client.feature_extraction(texts[0], normalize=False)
+    norm = np.linalg.norm(raw[0])
+    close(raw[0] / norm, emb["vectors"][0], "huggingface_hub normalize=False")
+    print("huggingface_hub: ok")
 
 
 def main():
@@ -118,6 +145,7 @@ def main():
         exp = json.load(f)
     check_triton(args.url, exp)
     check_openai(args.url, exp)
+    check_huggingface_hub(args.url, exp)
     print("all client checks passed")
     return 0
 

@@ -217,6 +217,20 @@ impl Device {
         Ok(dev)
     }
 
+    /// How many CUDA GPUs the driver reports (e.g. for `--device cuda:all`). Returns
+    /// [`Error::Unavailable`] with the reason when the driver is absent or fails.
+    pub fn cuda_count() -> Result<usize> {
+        let unavailable = |what: String| Error::Unavailable(format!("cuda: {what}"));
+        // SAFETY: only tries to load the driver library; nothing is called through it.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(unavailable("libcuda (the NVIDIA driver) not found".into()));
+        }
+        result::init().map_err(|e| unavailable(format!("cuInit failed: {e:?}")))?;
+        let count = result::device::get_count()
+            .map_err(|e| unavailable(format!("no device count: {e:?}")))?;
+        Ok(count.max(0) as usize)
+    }
+
     /// A new, separate device on CUDA GPU `ordinal` with its own streams, allocator and
     /// kernel cache (e.g. with a memory limit). It shares the GPU's primary context.
     pub fn cuda_with(ordinal: usize, config: DeviceConfig) -> Result<Device> {

@@ -1,0 +1,74 @@
+//! The state every handler shares: the models, the settings, the metrics and whether the
+//! server is shutting down. Handlers depend on this module; the router depends on handlers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+
+use crate::metrics::Metrics;
+use crate::models::{ModelSpec, Registry};
+use crate::{Error, Result, ServeConfig};
+
+/// What every handler shares: the models, the settings and the metrics.
+pub struct AppState {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) config: ServeConfig,
+    pub(crate) metrics: Metrics,
+    /// Set once shutdown begins: readiness then answers 503 so balancers stop sending.
+    shutting_down: AtomicBool,
+    /// When the models were loaded (OpenAI's `created` of `/v1/models`), Unix seconds.
+    started_unix: u64,
+}
+
+impl AppState {
+    /// Validates `config` and starts one batch queue per model.
+    pub fn new(config: ServeConfig, models: Vec<ModelSpec>) -> Result<Arc<Self>> {
+        config.validate()?;
+        let registry = Arc::new(Registry::new(models, &config)?);
+        Ok(Arc::new(Self {
+            metrics: Metrics::new(registry.clone()),
+            registry,
+            config,
+            shutting_down: AtomicBool::new(false),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }))
+    }
+
+    /// The served models.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Ready to serve: not shutting down, and every replica of every model loaded and
+    /// accepting (models are loaded before the socket opens; a replica whose queue was shut
+    /// down makes the server unready).
+    pub(crate) fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::Acquire)
+            && self.registry.iter().all(|(_, m)| m.is_accepting())
+    }
+
+    /// When the models were loaded, in Unix seconds.
+    pub(crate) fn started_unix(&self) -> u64 {
+        self.started_unix
+    }
+
+    /// Readiness turns 503 from now on, so balancers stop sending.
+    pub(crate) fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// A body the extractor refused: over the size limit (413) or unreadable (400).
+    pub(crate) fn body_error(&self, r: BytesRejection) -> Error {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Error::PayloadTooLarge {
+                limit: self.config.max_body_bytes,
+            }
+        } else {
+            Error::BadRequest(r.body_text())
+        }
+    }
+}
