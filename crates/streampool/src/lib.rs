@@ -37,6 +37,7 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod device;
+mod device_ptr;
 mod dtype;
 mod error;
 mod event;
@@ -48,6 +49,8 @@ mod stream_pool;
 #[doc(hidden)]
 pub mod sync;
 pub mod tensor;
+#[cfg(feature = "wgpu")]
+mod wgpu;
 
 // Test-only: other crates' loom builds compile this library without its tests.
 #[cfg(all(loom, test))]
@@ -63,3 +66,5 @@ pub use kernel_cache::KernelCache;
 pub use stream::Stream;
 pub use stream_pool::StreamGuard;
 pub use tensor::Tensor;
+#[cfg(feature = "wgpu")]
+pub use self::wgpu::{describe_adapters as wgpu_adapters, Quarantine as WgpuQuarantine, WgpuConfig};
