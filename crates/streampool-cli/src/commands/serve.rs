@@ -16,7 +16,7 @@ use streampool_serve::{BatchConfig, ModelSpec, ServeConfig, Server, TensorModel}
 /// Arguments of `streampool serve`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device: cpu, cuda or cuda:N.
+    /// Device: cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Embedding model folder (config.json, model.safetensors, tokenizer.json); repeat to

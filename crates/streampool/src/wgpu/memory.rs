@@ -52,11 +52,6 @@ impl Memory {
         }
     }
 
-    /// Largest block a kernel can bind.
-    pub(crate) fn max_block(&self) -> u64 {
-        self.max_block
-    }
-
     /// Creates a storage buffer of `bytes` and returns its pointer (offset 0).
     pub(crate) fn alloc(&self, device: &wgpu::Device, bytes: usize) -> Result<DevicePtr> {
         let size = (bytes as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);

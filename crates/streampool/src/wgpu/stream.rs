@@ -383,7 +383,7 @@ impl BackendStream for WgpuStream {
             let mut view = staging
                 .get_mapped_range_mut(..)
                 .map_err(|e| shared.backend_err(format!("mapping an upload buffer: {e}")))?;
-            view[..src.len()].copy_from_slice(&src);
+            view.slice(..src.len()).copy_from_slice(&src);
         }
         staging.unmap();
         self.core
