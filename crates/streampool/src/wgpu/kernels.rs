@@ -18,8 +18,10 @@ use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
 use crate::sync::Arc;
 use crate::{Error, Result};
 
-/// Parameter words a kernel may take (the `array<vec4<u32>, 16>` uniform of `prelude.wgsl`).
-const MAX_PARAMS: usize = 64;
+/// Words of the parameter uniform (`array<vec4<u32>, 16>` in `prelude.wgsl`).
+const PARAM_WORDS: usize = 64;
+/// Words a kernel may use: the last one stays zero (`neg_inf` in `prelude.wgsl` reads it).
+const MAX_PARAMS: usize = PARAM_WORDS - 1;
 /// Workgroups along one dispatch dimension (WebGPU's default limit).
 const MAX_GROUPS: u32 = 65_535;
 
@@ -196,7 +198,7 @@ impl<'a> Binder<'a> {
                 params.len()
             )));
         }
-        let mut words = [0u32; MAX_PARAMS];
+        let mut words = [0u32; PARAM_WORDS];
         words[..params.len()].copy_from_slice(params);
         let device = &self.shared.device;
         let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {

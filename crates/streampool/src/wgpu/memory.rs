@@ -28,6 +28,11 @@ pub(crate) fn split(ptr: DevicePtr) -> (usize, u64) {
 struct Slab {
     buffers: Vec<Option<wgpu::Buffer>>,
     free_ids: Vec<usize>,
+    /// Freed buffers, dropped at the next allocation (or with the device). `free` may run in
+    /// a thread-local destructor (the allocator dropping with a thread's cached stream), where
+    /// wgpu must not run; the allocator calls `alloc` right after freeing to make room, so
+    /// the memory still goes back before it is needed.
+    freed: Vec<wgpu::Buffer>,
 }
 
 /// The buffers of one device.
@@ -47,6 +52,7 @@ impl Memory {
             slab: Mutex::new(Slab {
                 buffers: vec![None],
                 free_ids: Vec::new(),
+                freed: Vec::new(),
             }),
             max_block: (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size),
         }
@@ -64,6 +70,9 @@ impl Memory {
                 limit: Some(self.max_block as usize),
             });
         }
+        // Buffers freed since the last allocation go back to wgpu first (outside the lock).
+        let freed = std::mem::take(&mut self.slab.lock().freed);
+        drop(freed);
         // An out-of-memory error of `create_buffer` goes to the innermost error scope of this
         // thread (wgpu's scopes are thread-local), so concurrent allocations do not mix up.
         let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -106,8 +115,9 @@ impl Memory {
     pub(crate) fn free(&self, ptr: DevicePtr) {
         let (id, _) = split(ptr);
         let mut slab = self.slab.lock();
-        if slab.buffers.get_mut(id).and_then(Option::take).is_some() {
+        if let Some(buffer) = slab.buffers.get_mut(id).and_then(Option::take) {
             slab.free_ids.push(id);
+            slab.freed.push(buffer);
         }
     }
 

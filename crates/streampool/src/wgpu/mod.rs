@@ -99,9 +99,60 @@ impl Shared {
     }
 }
 
+/// An owning handle to a device's [`Shared`] state whose last drop runs on a helper thread.
+/// Streams are dropped from thread-local destructors (a thread's cached pooled stream), and
+/// wgpu must not be torn down there: it reaches for its own thread-locals, which are already
+/// gone, and the process aborts.
+pub(crate) struct SharedRef(Option<Arc<Shared>>);
+
+impl SharedRef {
+    fn new(shared: Shared) -> Self {
+        Self(Some(Arc::new(shared)))
+    }
+
+    pub(crate) fn same(&self, other: &SharedRef) -> bool {
+        Arc::ptr_eq(self, other)
+    }
+}
+
+impl std::ops::Deref for SharedRef {
+    type Target = Arc<Shared>;
+    fn deref(&self) -> &Arc<Shared> {
+        // Only `drop` takes the Arc out.
+        self.0.as_ref().expect("SharedRef used after drop")
+    }
+}
+
+impl Clone for SharedRef {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl Drop for SharedRef {
+    fn drop(&mut self) {
+        // `into_inner` is `Some` for exactly one owner, the last.
+        if let Some(last) = self.0.take().and_then(Arc::into_inner) {
+            drop_off_thread(last);
+        }
+    }
+}
+
+/// Drops `value` on a short-lived helper thread and waits for it: for wgpu objects whose
+/// owner may be dropped inside a thread-local destructor (see [`SharedRef`]).
+pub(crate) fn drop_off_thread<T: Send + 'static>(value: T) {
+    let teardown = std::thread::Builder::new()
+        .name("sp-wgpu-drop".into())
+        .spawn(move || drop(value));
+    // If no thread can be started, the closure (and the value) is dropped right here.
+    if let Ok(handle) = teardown {
+        let _ = handle.join();
+    }
+}
+
 /// One wgpu device.
 pub(crate) struct WgpuDevice {
-    shared: Arc<Shared>,
+    shared: SharedRef,
 }
 
 /// Rank of an adapter type when none is asked for: lower is preferred.
@@ -216,7 +267,7 @@ impl WgpuDevice {
         Ok((
             index,
             Self {
-                shared: Arc::new(Shared {
+                shared: SharedRef::new(Shared {
                     device,
                     queue,
                     name,

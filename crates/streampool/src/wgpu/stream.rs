@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::kernels::{self, Pipelines};
-use super::Shared;
+use super::SharedRef;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
 use crate::kernel::Kernel;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
@@ -94,7 +94,7 @@ impl State {
 
 /// The part of a stream its events point back to.
 pub(crate) struct Core {
-    shared: Arc<Shared>,
+    shared: SharedRef,
     state: Mutex<State>,
     /// First error of an encoding or submission since the last synchronize (per stream, so
     /// one bad call never poisons the device).
@@ -103,26 +103,44 @@ pub(crate) struct Core {
 
 /// A stream of the wgpu backend.
 pub(crate) struct WgpuStream {
-    core: Arc<Core>,
-    /// The device's pipelines, fetched from its kernel cache on first use.
-    pipelines: Pipelines,
+    /// Both `Some` until dropped (taken by `drop`, see there).
+    inner: Option<(Arc<Core>, Pipelines)>,
+}
+
+impl Drop for WgpuStream {
+    fn drop(&mut self) {
+        // Pooled streams are dropped from thread-local destructors (a thread's cached stream
+        // holds the device), where wgpu objects must not be torn down.
+        if let Some(inner) = self.inner.take() {
+            super::drop_off_thread(inner);
+        }
+    }
 }
 
 impl WgpuStream {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: SharedRef) -> Self {
+        let core = Arc::new(Core {
+            shared,
+            state: Mutex::new(State::default()),
+            fault: Mutex::new(None),
+        });
         Self {
-            core: Arc::new(Core {
-                shared,
-                state: Mutex::new(State::default()),
-                fault: Mutex::new(None),
-            }),
-            pipelines: Pipelines::default(),
+            inner: Some((core, Pipelines::default())),
         }
     }
 
+    fn core(&self) -> &Arc<Core> {
+        // Only `drop` takes it.
+        &self.inner.as_ref().expect("stream used after drop").0
+    }
+
+    fn pipelines(&self) -> &Pipelines {
+        &self.inner.as_ref().expect("stream used after drop").1
+    }
+
     fn take_fault(&self) -> Result<()> {
-        match self.core.fault.lock().take() {
-            Some(msg) => Err(self.core.shared.backend_err(msg)),
+        match self.core().fault.lock().take() {
+            Some(msg) => Err(self.core().shared.backend_err(msg)),
             None => Ok(()),
         }
     }
@@ -282,23 +300,23 @@ impl Core {
 impl BackendStream for WgpuStream {
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         let seq = {
-            let mut st = self.core.state.lock();
+            let mut st = self.core().state.lock();
             if timing && st.encoder.is_none() {
                 // A timed point gets a (possibly empty) buffer of its own, hence a submission
                 // time even on a stream with no work yet.
                 let enc = self
-                    .core
+                    .core()
                     .shared
                     .device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
                 st.encoder = Some(enc);
             }
-            self.core.finish_encoder(&mut st);
+            self.core().finish_encoder(&mut st);
             st.finished
         };
         // Submit now unless a barrier holds it back (then the event stays pending).
-        self.core.pump(seq, false)?;
-        Ok(Arc::new(WgpuEvent::new(self.core.clone(), seq)))
+        self.core().pump(seq, false)?;
+        Ok(Arc::new(WgpuEvent::new(self.core().clone(), seq)))
     }
 
     fn wait(&self, event: &Arc<dyn BackendEvent>) -> Result<()> {
@@ -306,10 +324,10 @@ impl BackendStream for WgpuStream {
             .as_any()
             .downcast_ref::<WgpuEvent>()
             .ok_or_else(|| Error::InvalidArgument("wait_event: event of another backend".into()))?;
-        if Arc::ptr_eq(&event.core, &self.core) {
+        if Arc::ptr_eq(&event.core, self.core()) {
             return Ok(()); // same stream: ordered already
         }
-        if !Arc::ptr_eq(&event.core.shared, &self.core.shared) {
+        if !event.core.shared.same(&self.core().shared) {
             return Err(Error::InvalidArgument(
                 "wait_event: event of another wgpu device".into(),
             ));
@@ -320,25 +338,25 @@ impl BackendStream for WgpuStream {
         if event.submission().is_some() {
             return Ok(());
         }
-        let mut st = self.core.state.lock();
-        self.core.finish_encoder(&mut st);
+        let mut st = self.core().state.lock();
+        self.core().finish_encoder(&mut st);
         st.push_barrier(BarrierKind::After(Arc::new(event.clone_point())));
         Ok(())
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.core.pump(u64::MAX, true)?;
-        let last = self.core.state.lock().last.clone();
+        self.core().pump(u64::MAX, true)?;
+        let last = self.core().state.lock().last.clone();
         if let Some(sub) = last {
-            self.core.wait_for(&sub)?;
+            self.core().wait_for(&sub)?;
         }
         self.take_fault()
     }
 
     unsafe fn launch(&self, kernel: Kernel) -> Result<()> {
         if let Kernel::Sleep { nanos } = kernel {
-            let mut st = self.core.state.lock();
-            self.core.finish_encoder(&mut st);
+            let mut st = self.core().state.lock();
+            self.core().finish_encoder(&mut st);
             // Sleeps queue up: this one starts when the previous one ends.
             let start = match st.barriers.back() {
                 Some((_, Barrier { kind: BarrierKind::Until(t), .. })) => (*t).max(Instant::now()),
@@ -347,20 +365,20 @@ impl BackendStream for WgpuStream {
             st.push_barrier(BarrierKind::Until(start + Duration::from_nanos(nanos)));
             return Ok(());
         }
-        let shared = &self.core.shared;
+        let shared = &self.core().shared;
         // Bind groups and parameter buffers are made outside the stream's lock: threads on
         // different streams prepare their launches in parallel.
-        let Some(launch) = kernels::prepare(&self.pipelines, shared, &kernel)? else {
+        let Some(launch) = kernels::prepare(self.pipelines(), shared, &kernel)? else {
             return Ok(()); // nothing to compute (an empty tensor)
         };
-        self.core.encode(|enc| launch.record(enc))
+        self.core().encode(|enc| launch.record(enc))
     }
 
     unsafe fn copy_from_host(&self, src: Vec<u8>, dst: DevicePtr) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }
-        let shared = &self.core.shared;
+        let shared = &self.core().shared;
         let (buffer, offset) = shared.memory.resolve(dst)?;
         let size = (src.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
         if offset % wgpu::COPY_BUFFER_ALIGNMENT != 0 || offset + size > buffer.size() {
@@ -386,7 +404,7 @@ impl BackendStream for WgpuStream {
             view.slice(..src.len()).copy_from_slice(&src);
         }
         staging.unmap();
-        self.core
+        self.core()
             .encode(|enc| enc.copy_buffer_to_buffer(&staging, 0, &buffer, offset, size))
     }
 
@@ -394,7 +412,7 @@ impl BackendStream for WgpuStream {
         if dst.is_empty() {
             return Ok(());
         }
-        let shared = &self.core.shared;
+        let shared = &self.core().shared;
         let (buffer, offset) = shared.memory.resolve(src)?;
         // Copies move whole 4-byte words: widen the range to them (the buffer's size is a
         // multiple of 4, so the widened range stays inside it).
@@ -414,17 +432,17 @@ impl BackendStream for WgpuStream {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        self.core
+        self.core()
             .encode(|enc| enc.copy_buffer_to_buffer(&buffer, start, &staging, 0, end - start))?;
-        self.core.pump(u64::MAX, true)?;
-        let sub = self.core.state.lock().last.clone();
+        self.core().pump(u64::MAX, true)?;
+        let sub = self.core().state.lock().last.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
         // Waits for this stream's newest submission (the copy), not for the whole queue.
         if let Some(sub) = sub {
-            self.core.wait_for(&sub)?;
+            self.core().wait_for(&sub)?;
         }
         // The map callback runs inside a poll once the copy is done; poll until it has.
         let mapped = loop {
@@ -470,9 +488,13 @@ impl WgpuEvent {
         ev
     }
 
+    fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
     fn clone_point(&self) -> WgpuEvent {
         WgpuEvent {
-            core: self.core.clone(),
+            core: self.core().clone(),
             seq: self.seq,
             resolved: Mutex::new(self.resolved.lock().clone()),
         }
@@ -487,7 +509,7 @@ impl WgpuEvent {
         if let Some(s) = self.resolved.lock().as_ref() {
             return Some(Some(s.clone()));
         }
-        let st = self.core.state.lock();
+        let st = self.core().state.lock();
         if st.submitted < self.seq {
             return None;
         }
@@ -507,7 +529,7 @@ impl BackendEvent for WgpuEvent {
             Some(s) => s,
             None => {
                 // Held back by a barrier: submit if it has lifted meanwhile.
-                if self.core.pump(self.seq, false).is_err() {
+                if self.core().pump(self.seq, false).is_err() {
                     return false;
                 }
                 match self.submission() {
@@ -521,14 +543,14 @@ impl BackendEvent for WgpuEvent {
             return true;
         }
         // Runs due callbacks, `on_submitted_work_done`'s among them; never blocks.
-        let _ = self.core.shared.device.poll(wgpu::PollType::Poll);
+        let _ = self.core().shared.device.poll(wgpu::PollType::Poll);
         sub.done.load(Ordering::Acquire)
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.core.pump(self.seq, true)?;
+        self.core().pump(self.seq, true)?;
         match self.submission() {
-            Some(Some(sub)) => self.core.wait_for(&sub),
+            Some(Some(sub)) => self.core().wait_for(&sub),
             Some(None) => Ok(()),
             None => Err(self
                 .core
