@@ -46,9 +46,21 @@ fn tiny_bert_on_wgpu_matches_reference() {
     assert!(c > 0.99999, "min cosine {c}");
 }
 
+/// On Mesa's software Vulkan (llvmpipe) MiniLM takes over two minutes on CI's two cores, so
+/// there it runs only with `STREAMPOOL_WGPU_MINILM=1` (it passed so: max abs diff 1.6e-7,
+/// cosine 1 - 1e-12, `bench/results/wgpu-2026-11-23/`); on GPUs it always runs.
 #[test]
 fn minilm_on_wgpu_matches_sentence_transformers() {
     let Some(dev) = gpu() else { return };
+    if dev.name().contains("llvmpipe")
+        && std::env::var("STREAMPOOL_WGPU_MINILM").as_deref() != Ok("1")
+    {
+        eprintln!(
+            "SKIPPED on {} (software Vulkan, slow): set STREAMPOOL_WGPU_MINILM=1 to run",
+            dev.name()
+        );
+        return;
+    }
     let dir = match find_minilm() {
         Ok(dir) => dir,
         Err(e) => {

@@ -57,6 +57,10 @@ mod wgpu;
 #[cfg(all(loom, test))]
 mod loom_tests;
 
+#[cfg(feature = "wgpu")]
+pub use self::wgpu::{
+    describe_adapters as wgpu_adapters, Quarantine as WgpuQuarantine, WgpuConfig,
+};
 pub use allocator::AllocatorStats;
 pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
 pub use dtype::{DType, Element};
@@ -67,5 +71,3 @@ pub use kernel_cache::KernelCache;
 pub use stream::Stream;
 pub use stream_pool::StreamGuard;
 pub use tensor::Tensor;
-#[cfg(feature = "wgpu")]
-pub use self::wgpu::{describe_adapters as wgpu_adapters, Quarantine as WgpuQuarantine, WgpuConfig};

@@ -18,7 +18,9 @@ pub fn open(spec: &str) -> Result<Device> {
             open_cuda(ordinal)
         }
         s if s == "wgpu" || s.starts_with("wgpu:") => open_wgpu(s.strip_prefix("wgpu:")),
-        other => bail!("unknown device {other:?}: expected cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER"),
+        other => {
+            bail!("unknown device {other:?}: expected cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER")
+        }
     }
 }
 

@@ -274,7 +274,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             }
             let (ob, oo) = b.at(*out, F32)?;
             let params = [oo, word(*len, "length")?, value.to_bits()];
-            b.dispatch(&k.get(shared, Which::Fill)?, &params, &[&ob], grid_for(*len)?)?;
+            b.dispatch(
+                &k.get(shared, Which::Fill)?,
+                &params,
+                &[&ob],
+                grid_for(*len)?,
+            )?;
         }
         Kernel::Copy {
             src,
@@ -304,7 +309,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 params.push(word(*d, "dimension")?);
             }
             let threads = if *elem_size == 2 { n.div_ceil(2) } else { n };
-            b.dispatch(&k.get(shared, Which::Copy)?, &params, &[&sb, &ob], grid_for(threads)?)?;
+            b.dispatch(
+                &k.get(shared, Which::Copy)?,
+                &params,
+                &[&sb, &ob],
+                grid_for(threads)?,
+            )?;
         }
         Kernel::Unary { op, x, out, len } => {
             if *len == 0 {
@@ -313,8 +323,20 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (xb, xo) = b.at(*x, F32)?;
             let (ob, oo) = b.at(*out, F32)?;
             let (code, mul, add) = unary_code(*op);
-            let params = [code, xo, oo, word(*len, "length")?, mul.to_bits(), add.to_bits()];
-            b.dispatch(&k.get(shared, Which::Unary)?, &params, &[&xb, &ob], grid_for(*len)?)?;
+            let params = [
+                code,
+                xo,
+                oo,
+                word(*len, "length")?,
+                mul.to_bits(),
+                add.to_bits(),
+            ];
+            b.dispatch(
+                &k.get(shared, Which::Unary)?,
+                &params,
+                &[&xb, &ob],
+                grid_for(*len)?,
+            )?;
         }
         Kernel::Binary {
             op,
@@ -341,7 +363,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             for d in shape.iter().chain(&a.strides).chain(&rhs.strides) {
                 params.push(word(*d, "dimension")?);
             }
-            b.dispatch(&k.get(shared, Which::Binary)?, &params, &[&ab, &bb, &ob], grid_for(n)?)?;
+            b.dispatch(
+                &k.get(shared, Which::Binary)?,
+                &params,
+                &[&ab, &bb, &ob],
+                grid_for(n)?,
+            )?;
         }
         Kernel::Matmul {
             a,
@@ -358,7 +385,10 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (ab, ao) = b.at(a.ptr, F32)?;
             let (bb, bo) = b.at(rhs.ptr, F32)?;
             let (ob, oo) = b.at(*out, F32)?;
-            let tiles = [word(n.div_ceil(16), "columns")?, word(m.div_ceil(16), "rows")?];
+            let tiles = [
+                word(n.div_ceil(16), "columns")?,
+                word(m.div_ceil(16), "rows")?,
+            ];
             if tiles[0] > MAX_GROUPS || tiles[1] > MAX_GROUPS {
                 return Err(Error::InvalidArgument(format!(
                     "wgpu matmul: {m}x{n} output exceeds the dispatch limit"
@@ -382,7 +412,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                     word(rhs.cs, "stride")?,
                     oo,
                 ];
-                b.dispatch(&k.get(shared, Which::Matmul)?, &params, &[&ab, &bb, &ob], [tiles[0], tiles[1], count])?;
+                b.dispatch(
+                    &k.get(shared, Which::Matmul)?,
+                    &params,
+                    &[&ab, &bb, &ob],
+                    [tiles[0], tiles[1], count],
+                )?;
             }
         }
         Kernel::Softmax { x, out, rows, cols } => {
@@ -392,7 +427,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (xb, xo) = b.at(*x, F32)?;
             let (ob, oo) = b.at(*out, F32)?;
             let params = [xo, oo, word(*rows, "rows")?, word(*cols, "cols")?];
-            b.dispatch(&k.get(shared, Which::Softmax)?, &params, &[&xb, &ob], grid(*rows)?)?;
+            b.dispatch(
+                &k.get(shared, Which::Softmax)?,
+                &params,
+                &[&xb, &ob],
+                grid(*rows)?,
+            )?;
         }
         Kernel::LayerNorm {
             x,
@@ -426,7 +466,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 word(*cols, "cols")?,
                 eps.to_bits(),
             ];
-            b.dispatch(&k.get(shared, Which::LayerNorm)?, &params, &[&xb, &rb, &gb, &bb, &ob], grid(*rows)?)?;
+            b.dispatch(
+                &k.get(shared, Which::LayerNorm)?,
+                &params,
+                &[&xb, &rb, &gb, &bb, &ob],
+                grid(*rows)?,
+            )?;
         }
         Kernel::BiasAct {
             x,
@@ -449,7 +494,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 Activation::Gelu => 2,
             };
             let params = [xo, bo, oo, word(n, "length")?, word(*cols, "cols")?, code];
-            b.dispatch(&k.get(shared, Which::BiasAct)?, &params, &[&xb, &bb, &ob], grid_for(n)?)?;
+            b.dispatch(
+                &k.get(shared, Which::BiasAct)?,
+                &params,
+                &[&xb, &bb, &ob],
+                grid_for(n)?,
+            )?;
         }
         Kernel::IndexSelect {
             table,
@@ -475,7 +525,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 // Ids at or past 2^32 are out of range for any table a kernel can bind.
                 u32::try_from(*table_rows).unwrap_or(u32::MAX),
             ];
-            b.dispatch(&k.get(shared, Which::IndexSelect)?, &params, &[&tb, &ib, &ob], grid_for(n)?)?;
+            b.dispatch(
+                &k.get(shared, Which::IndexSelect)?,
+                &params,
+                &[&tb, &ib, &ob],
+                grid_for(n)?,
+            )?;
         }
         Kernel::Reduce {
             op,
@@ -504,7 +559,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 word(*axis, "axis")?,
                 word(*inner, "inner")?,
             ];
-            b.dispatch(&k.get(shared, Which::Reduce)?, &params, &[&xb, &ob], grid(outputs)?)?;
+            b.dispatch(
+                &k.get(shared, Which::Reduce)?,
+                &params,
+                &[&xb, &ob],
+                grid(outputs)?,
+            )?;
         }
         Kernel::Sleep { .. } => {
             return Err(Error::InvalidArgument(

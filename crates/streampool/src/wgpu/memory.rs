@@ -54,7 +54,9 @@ impl Memory {
                 free_ids: Vec::new(),
                 freed: Vec::new(),
             }),
-            max_block: (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size),
+            max_block: limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size),
         }
     }
 

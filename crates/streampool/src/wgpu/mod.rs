@@ -226,8 +226,7 @@ impl WgpuDevice {
             },
             None => (0..list.len())
                 .filter(|&i| {
-                    config.allow_software
-                        || list[i].get_info().device_type != wgpu::DeviceType::Cpu
+                    config.allow_software || list[i].get_info().device_type != wgpu::DeviceType::Cpu
                 })
                 .min_by_key(|&i| preference(list[i].get_info().device_type)),
         };

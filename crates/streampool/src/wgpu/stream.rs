@@ -180,7 +180,9 @@ impl Core {
     fn finish_encoder(&self, st: &mut State) {
         if let Some(enc) = st.encoder.take() {
             let shared = &self.shared;
-            let scope = shared.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let scope = shared
+                .device
+                .push_error_scope(wgpu::ErrorFilter::Validation);
             let buffer = {
                 let _q = shared.quarantine.as_ref().map(|q| q.lock());
                 enc.finish()
@@ -291,7 +293,10 @@ impl Core {
                 submission_index: Some(sub.index.clone()),
                 timeout: None,
             })
-            .map_err(|e| self.shared.backend_err(format!("waiting for the queue: {e}")))?;
+            .map_err(|e| {
+                self.shared
+                    .backend_err(format!("waiting for the queue: {e}"))
+            })?;
         sub.done.store(true, Ordering::Release);
         Ok(())
     }
@@ -359,7 +364,13 @@ impl BackendStream for WgpuStream {
             self.core().finish_encoder(&mut st);
             // Sleeps queue up: this one starts when the previous one ends.
             let start = match st.barriers.back() {
-                Some((_, Barrier { kind: BarrierKind::Until(t), .. })) => (*t).max(Instant::now()),
+                Some((
+                    _,
+                    Barrier {
+                        kind: BarrierKind::Until(t),
+                        ..
+                    },
+                )) => (*t).max(Instant::now()),
                 _ => Instant::now(),
             };
             st.push_barrier(BarrierKind::Until(start + Duration::from_nanos(nanos)));
@@ -560,9 +571,12 @@ impl BackendEvent for WgpuEvent {
     }
 
     fn elapsed_since(&self, earlier: &dyn BackendEvent) -> Result<Duration> {
-        let earlier = earlier.as_any().downcast_ref::<WgpuEvent>().ok_or_else(|| {
-            Error::InvalidArgument("elapsed: events of different backends".into())
-        })?;
+        let earlier = earlier
+            .as_any()
+            .downcast_ref::<WgpuEvent>()
+            .ok_or_else(|| {
+                Error::InvalidArgument("elapsed: events of different backends".into())
+            })?;
         self.synchronize()?;
         earlier.synchronize()?;
         // Host-side submission times: wgpu offers GPU timestamps only as an optional feature
