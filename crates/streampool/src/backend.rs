@@ -1,6 +1,6 @@
 //! The boundary between the device-independent runtime and a backend.
 //!
-//! A backend is one folder (`cpu/`, `cuda/`) that implements these three traits; nothing
+//! A backend is one folder (`cpu/`, `cuda/`, `wgpu/`) that implements these three traits; nothing
 //! outside that folder changes when a backend is added. Dispatch is through trait objects:
 //! the runtime describes each operation as a [`Kernel`] value and hands it to
 //! [`BackendStream::launch`], so every op is dispatched in exactly one place per backend
@@ -9,21 +9,10 @@
 use std::any::Any;
 use std::time::Duration;
 
+pub(crate) use crate::device_ptr::DevicePtr;
 use crate::kernel::Kernel;
 use crate::sync::Arc;
 use crate::Result;
-
-/// A raw device address: a host pointer on the CPU backend, a `CUdeviceptr` on CUDA.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DevicePtr(pub u64);
-
-impl DevicePtr {
-    /// The address `bytes` further on.
-    #[inline]
-    pub fn offset(self, bytes: usize) -> DevicePtr {
-        DevicePtr(self.0 + bytes as u64)
-    }
-}
 
 /// Raw memory of a device. The caching allocator sits on top of it and is the only caller.
 pub(crate) trait BackendMemory: Send + Sync {

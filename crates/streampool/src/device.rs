@@ -18,6 +18,9 @@ pub enum DeviceKind {
     Cpu,
     /// An NVIDIA GPU by ordinal (feature `cuda`).
     Cuda(usize),
+    /// A GPU through wgpu (feature `wgpu`: Vulkan, Metal or DX12), by its index in the
+    /// instance's adapter list.
+    Wgpu(usize),
 }
 
 /// Settings of a device.
@@ -137,7 +140,7 @@ impl Device {
         })))
     }
 
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
     pub(crate) fn next_id() -> u64 {
         NEXT_ID.fetch_add(1, Ordering::Relaxed)
     }

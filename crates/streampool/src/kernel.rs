@@ -4,7 +4,7 @@
 //! the work as one of these values. Compute is in `f32` (indices are `i64`). All sizes and
 //! strides are in elements; every output is contiguous and row-major.
 
-use crate::backend::DevicePtr;
+use crate::device_ptr::DevicePtr;
 
 /// A strided view of an `f32` (or, for `Copy`, any-width) input: element `idx` (a multi-index
 /// over the kernel's shape) lives at `ptr + sum(idx[d] * strides[d]) * elem_size`. A broadcast

@@ -5,14 +5,15 @@
 //! device's pool, cross-stream hazards are handled automatically, and freed memory is reused
 //! across streams without races.
 //!
-//! | concept   | CPU backend                                  | CUDA backend (feature `cuda`)           |
-//! |-----------|----------------------------------------------|-----------------------------------------|
-//! | [`Device`]| the host; process-wide [`Device::cpu`]       | one GPU, [`Device::cuda`]              |
-//! | [`Stream`]| a worker thread running jobs in order        | a `CUstream`                            |
-//! | [`Event`] | "stream has completed `n` jobs"              | a `CUevent`                             |
-//! | allocator | caching, per-stream lists, heap blocks       | caching, per-stream lists, `cuMemAlloc` |
-//! | [`Tensor`]| `f32` kernels in Rust, `matrixmultiply`      | NVRTC kernels, cuBLAS                   |
-//! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device     |
+//! | concept   | CPU backend                                  | CUDA backend (feature `cuda`)           | wgpu backend (feature `wgpu`: Vulkan, Metal, DX12) |
+//! |-----------|----------------------------------------------|-----------------------------------------|----------------------------------------------------|
+//! | [`Device`]| the host; process-wide [`Device::cpu`]       | one GPU, [`Device::cuda`]              | one adapter, `Device::wgpu` / `Device::wgpu_with`  |
+//! | [`Stream`]| a worker thread running jobs in order        | a `CUstream`                            | logical: own command encoder, in order onto the device's one queue |
+//! | [`Event`] | "stream has completed `n` jobs"              | a `CUevent`                             | a point in a stream's submissions (`SubmissionIndex`) |
+//! | allocator | caching, per-stream lists, heap blocks       | caching, per-stream lists, `cuMemAlloc` | caching, per-stream lists, one storage buffer per block |
+//! | pointer   | a host address                               | a `CUdeviceptr`                         | buffer id + byte offset (`device_ptr.rs`)          |
+//! | [`Tensor`]| `f32` kernels in Rust, `matrixmultiply`      | NVRTC kernels, cuBLAS                   | WGSL compute kernels, tiled matmul                 |
+//! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device     | pipelines built once per device, shared by threads |
 //!
 //! ```
 //! use std::sync::Arc;
@@ -37,6 +38,7 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod device;
+mod device_ptr;
 mod dtype;
 mod error;
 mod event;
@@ -48,11 +50,17 @@ mod stream_pool;
 #[doc(hidden)]
 pub mod sync;
 pub mod tensor;
+#[cfg(feature = "wgpu")]
+mod wgpu;
 
 // Test-only: other crates' loom builds compile this library without its tests.
 #[cfg(all(loom, test))]
 mod loom_tests;
 
+#[cfg(feature = "wgpu")]
+pub use self::wgpu::{
+    describe_adapters as wgpu_adapters, Quarantine as WgpuQuarantine, WgpuConfig,
+};
 pub use allocator::AllocatorStats;
 pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
 pub use dtype::{DType, Element};

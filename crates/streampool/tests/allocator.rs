@@ -20,11 +20,18 @@ fn ints(len: usize, seed: u64) -> Vec<f32> {
 }
 
 fn device(memory_limit: Option<usize>) -> Device {
-    Device::cpu_with(DeviceConfig {
+    crate::device_with(DeviceConfig {
         memory_limit,
         ..DeviceConfig::default()
     })
     .unwrap()
+}
+
+/// A new device of this suite's backend: the CPU when this file is its own test binary;
+/// `tests/wgpu.rs` runs the same tests as a module of its binary, whose root supplies wgpu.
+#[allow(dead_code)]
+pub(crate) fn device_with(config: DeviceConfig) -> streampool::Result<Device> {
+    Device::cpu_with(config)
 }
 
 /// Runs `f` with `s` as the calling thread's current stream.

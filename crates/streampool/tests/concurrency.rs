@@ -32,7 +32,20 @@ fn matmul_ref(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
 
 /// A fresh device with the default configuration (its own pool and counters).
 fn fresh_device() -> Device {
-    Device::cpu_with(DeviceConfig::default()).unwrap()
+    crate::device_with(DeviceConfig::default()).unwrap()
+}
+
+/// The device of this suite when it is its own test binary (the CPU). `tests/wgpu.rs` runs
+/// the same tests as a module of its binary, whose root supplies the wgpu device instead.
+#[allow(dead_code)]
+pub(crate) fn device_under_test() -> Device {
+    Device::cpu()
+}
+
+/// A new device of the suite's backend with `config` (see [`device_under_test`]).
+#[allow(dead_code)]
+pub(crate) fn device_with(config: DeviceConfig) -> streampool::Result<Device> {
+    Device::cpu_with(config)
 }
 
 const M: usize = 8;
@@ -88,7 +101,7 @@ fn check_chain(dev: &Device, wts: &Weights, seed: u64) -> Stream {
 
 #[test]
 fn parallel_basic_ops_from_two_threads() {
-    let dev = Device::cpu();
+    let dev = crate::device_under_test();
     let wts = Weights::new(&dev);
     thread::scope(|sc| {
         for t in 0..2u64 {
@@ -104,7 +117,7 @@ fn parallel_basic_ops_from_two_threads() {
 
 #[test]
 fn four_threads_through_a_fixed_pool() {
-    let dev = Device::cpu();
+    let dev = crate::device_under_test();
     let wts = Arc::new(Weights::new(&dev));
     let (job_tx, job_rx) = crossbeam_channel::unbounded::<u64>();
     let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u64, usize, Stream)>();
@@ -146,7 +159,7 @@ fn four_threads_through_a_fixed_pool() {
 
 #[test]
 fn thread_churn_one_thousand_short_lived_threads() {
-    let dev = Device::cpu();
+    let dev = crate::device_under_test();
     let wts = Weights::new(&dev);
     let mut done = 0;
     // Waves of 50 live threads: 1,000 threads in all, each created, used and gone.
@@ -333,7 +346,7 @@ fn pool_semantics() {
 
 #[test]
 fn pool_size_is_configurable_and_validated() {
-    let dev = Device::cpu_with(DeviceConfig {
+    let dev = crate::device_with(DeviceConfig {
         pool_size: 4,
         ..DeviceConfig::default()
     })
@@ -347,7 +360,7 @@ fn pool_size_is_configurable_and_validated() {
     assert_eq!(dev.streams_created(), 3);
 
     // Two slots: a default stream and one pooled stream that every thread shares.
-    let two = Device::cpu_with(DeviceConfig {
+    let two = crate::device_with(DeviceConfig {
         pool_size: 2,
         ..DeviceConfig::default()
     })
@@ -361,7 +374,7 @@ fn pool_size_is_configurable_and_validated() {
     });
 
     for bad in [0, 1] {
-        let r = Device::cpu_with(DeviceConfig {
+        let r = crate::device_with(DeviceConfig {
             pool_size: bad,
             ..DeviceConfig::default()
         });
@@ -431,7 +444,7 @@ fn events_order_work_across_streams() {
 /// same stream, keep getting right answers; afterwards the device works for everyone.
 #[test]
 fn errors_on_one_thread_leave_other_threads_working() {
-    let dev = Device::cpu_with(DeviceConfig {
+    let dev = crate::device_with(DeviceConfig {
         memory_limit: Some(4 << 20),
         ..DeviceConfig::default()
     })

@@ -25,7 +25,20 @@ macro_rules! assert_err {
 }
 
 fn dev() -> Device {
+    crate::device_under_test()
+}
+
+/// The device of this suite when it is its own test binary (the CPU). `tests/wgpu.rs` runs
+/// the same tests as a module of its binary, whose root supplies the wgpu device instead.
+#[allow(dead_code)]
+pub(crate) fn device_under_test() -> Device {
     Device::cpu()
+}
+
+/// A new device of the suite's backend with `config` (see [`device_under_test`]).
+#[allow(dead_code)]
+pub(crate) fn device_with(config: DeviceConfig) -> streampool::Result<Device> {
+    Device::cpu_with(config)
 }
 
 /// A second, distinct CPU device (own pool and allocator), shared by the tests that need one.

@@ -8,7 +8,7 @@ use streampool::{Device, Event, StreamGuard, Tensor};
 /// Arguments of `streampool check`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device to check: cpu, cuda or cuda:N.
+    /// Device to check: cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Threads used by the concurrent part.

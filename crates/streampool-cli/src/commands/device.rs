@@ -6,6 +6,7 @@
 //! | `cpu:N` | separate CPU device number N (own stream pool and allocator); `cpu:0,cpu:1` gives two CPU replicas |
 //! | `cuda`, `cuda:N` | GPU 0, GPU N (feature `cuda`) |
 //! | `cuda:all` | every GPU the driver reports |
+//! | `wgpu`, `wgpu:ADAPTER` | the best wgpu adapter (or `STREAMPOOL_WGPU_ADAPTER`), or the one an index or part of its name picks, e.g. `wgpu:llvmpipe` (feature `wgpu`) |
 //! | `A,B,...` | each of them, in order (for `serve`: one model replica per device) |
 
 use std::collections::HashMap;
@@ -14,7 +15,8 @@ use std::sync::{Mutex, OnceLock};
 use anyhow::{bail, Context, Result};
 use streampool::{Device, DeviceConfig};
 
-/// Opens the one device named on the command line (`cpu`, `cpu:N`, `cuda` or `cuda:N`).
+/// Opens the one device named on the command line (`cpu`, `cpu:N`, `cuda`, `cuda:N`, `wgpu`
+/// or `wgpu:ADAPTER`).
 pub fn open(spec: &str) -> Result<Device> {
     let mut devices = open_all(spec)?;
     if devices.len() != 1 {
@@ -46,6 +48,7 @@ pub fn open_all(spec: &str) -> Result<Vec<Device>> {
                     .with_context(|| format!("device {s:?}: expected cpu:N"))?;
                 vec![separate_cpu(n)?]
             }
+            s if s == "wgpu" || s.starts_with("wgpu:") => vec![open_wgpu(s.strip_prefix("wgpu:"))?],
             s if s == "cuda" || s.starts_with("cuda:") => {
                 let ordinal: usize = s
                     .strip_prefix("cuda:")
@@ -56,7 +59,7 @@ pub fn open_all(spec: &str) -> Result<Vec<Device>> {
                 vec![open_cuda(ordinal)?]
             }
             other => bail!(
-                "unknown device {other:?}: expected cpu, cpu:N, cuda, cuda:N, cuda:all, or a comma-separated list"
+                "unknown device {other:?}: expected cpu, cpu:N, cuda, cuda:N, cuda:all, wgpu, wgpu:ADAPTER, or a comma-separated list"
             ),
         };
         for d in opened {
@@ -99,6 +102,22 @@ fn cuda_count() -> Result<usize> {
 #[cfg(not(feature = "cuda"))]
 fn open_cuda(_ordinal: usize) -> Result<Device> {
     bail!("this binary was built without CUDA support; rebuild with `--features cuda`")
+}
+
+#[cfg(feature = "wgpu")]
+fn open_wgpu(adapter: Option<&str>) -> Result<Device> {
+    Ok(match adapter {
+        None => Device::wgpu()?,
+        Some(a) => Device::wgpu_with(streampool::WgpuConfig {
+            adapter: Some(a.to_string()),
+            ..streampool::WgpuConfig::default()
+        })?,
+    })
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn open_wgpu(_adapter: Option<&str>) -> Result<Device> {
+    bail!("this binary was built without wgpu support; rebuild with `--features wgpu`")
 }
 
 #[cfg(not(feature = "cuda"))]

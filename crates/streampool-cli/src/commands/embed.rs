@@ -14,7 +14,7 @@ use streampool_nn::{find_minilm, find_tiny_bert, SentenceEmbedder};
 /// Arguments of `streampool embed`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device: cpu, cuda or cuda:N.
+    /// Device: cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Model folder with config.json, model.safetensors and tokenizer.json

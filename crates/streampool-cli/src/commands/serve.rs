@@ -20,7 +20,8 @@ use streampool_serve::{BatchConfig, ModelSpec, ServeConfig, Server, TensorModel}
 /// Arguments of `streampool serve`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device(s): cpu, cpu:N, cuda, cuda:N, cuda:all, or a comma-separated list (one model
+    /// Device(s): cpu, cpu:N, cuda, cuda:N, cuda:all, wgpu,
+    /// wgpu:ADAPTER, or a comma-separated list (one model
     /// replica per device, requests to the least loaded).
     #[arg(long, default_value = "cpu")]
     device: String,

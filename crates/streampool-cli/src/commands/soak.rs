@@ -12,7 +12,7 @@ use streampool::{Activation, Device, Tensor};
 /// Arguments of `streampool soak`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device: cpu, cuda or cuda:N.
+    /// Device: cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Total tensor ops to run (each task runs a fixed sequence of ops; see --help of tasks).

@@ -80,3 +80,18 @@ pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
     let scale = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
     max_abs_diff(a, b) / scale.max(f64::MIN_POSITIVE)
 }
+
+/// Worst max-abs-diff and cosine of per-sentence embeddings `got` against the reference's
+/// per-sentence field `key`.
+pub fn compare_sentences(got: &[Vec<f32>], r: &Value, key: &str) -> (f64, f64) {
+    let (mut d, mut c) = (0.0f64, 1.0f64);
+    for (g, s) in got
+        .iter()
+        .zip(r["sentences"].as_array().expect("sentences"))
+    {
+        let want = f64s(&s[key]);
+        d = d.max(max_abs_diff(g, &want));
+        c = c.min(cosine(g, &want));
+    }
+    (d, c)
+}

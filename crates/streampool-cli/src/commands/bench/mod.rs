@@ -36,7 +36,7 @@ use workloads::{EncoderWorkload, MlpWorkload, Workload};
 /// CPU run on a small machine takes a few minutes.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device to run on: cpu, cuda or cuda:N.
+    /// Device to run on: cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Workloads: mlp, minilm32, minilm128.

@@ -1,0 +1,576 @@
+//! The wgpu backend's launcher: the one `match` from [`Kernel`] to WGSL compute pipelines.
+//!
+//! The WGSL sources (`shaders/`) are compiled into pipelines once per device, at the first
+//! launch on any of its streams, through the device's [`KernelCache`](crate::KernelCache)
+//! (threads racing to the first launch wait for the single build); every thread and stream
+//! shares them. Kernels compute in `f32`: the `Kernel` values carry no dtype yet, and the
+//! tensor layer hands these kernels `f32` data only (index select reads `i64` ids; copy moves
+//! elements of 2, 4 or 8 bytes). A kernel the backend cannot run returns an error, never a
+//! panic.
+
+use std::sync::OnceLock;
+
+use wgpu::util::DeviceExt;
+
+use super::Shared;
+use crate::backend::DevicePtr;
+use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
+use crate::sync::Arc;
+use crate::{Error, Result};
+
+/// Words of the parameter uniform (`array<vec4<u32>, 16>` in `prelude.wgsl`).
+const PARAM_WORDS: usize = 64;
+/// Words a kernel may use: the last one stays zero (`neg_inf` in `prelude.wgsl` reads it).
+const MAX_PARAMS: usize = PARAM_WORDS - 1;
+/// Workgroups along one dispatch dimension (WebGPU's default limit).
+const MAX_GROUPS: u32 = 65_535;
+
+const PRELUDE: &str = include_str!("shaders/prelude.wgsl");
+const ROWS: &str = include_str!("shaders/rows.wgsl");
+
+/// One compiled kernel.
+pub(crate) struct Pipeline {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+}
+
+/// The kernels, one WGSL module each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Which {
+    Fill,
+    Copy,
+    Unary,
+    Binary,
+    Softmax,
+    LayerNorm,
+    BiasAct,
+    IndexSelect,
+    Reduce,
+    Matmul,
+}
+
+impl Which {
+    const COUNT: usize = 10;
+
+    /// Label, WGSL body, and whether it uses the row reductions of `rows.wgsl`.
+    fn source(self) -> (&'static str, &'static str, bool) {
+        match self {
+            Which::Fill => ("fill", include_str!("shaders/fill.wgsl"), false),
+            Which::Copy => ("copy", include_str!("shaders/copy.wgsl"), false),
+            Which::Unary => ("unary", include_str!("shaders/unary.wgsl"), false),
+            Which::Binary => ("binary", include_str!("shaders/binary.wgsl"), false),
+            Which::Softmax => ("softmax", include_str!("shaders/softmax.wgsl"), true),
+            Which::LayerNorm => ("layer_norm", include_str!("shaders/layer_norm.wgsl"), true),
+            Which::BiasAct => ("bias_act", include_str!("shaders/bias_act.wgsl"), false),
+            Which::IndexSelect => (
+                "index_select",
+                include_str!("shaders/index_select.wgsl"),
+                false,
+            ),
+            Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
+            Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
+        }
+    }
+
+    /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
+    pub(crate) fn build(self, device: &wgpu::Device, name: &str) -> Result<Pipeline> {
+        let (label, body, rows) = self.source();
+        let source = if rows {
+            format!("{PRELUDE}\n{ROWS}\n{body}")
+        } else {
+            format!("{PRELUDE}\n{body}")
+        };
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Backend {
+                device: name.to_string(),
+                msg: format!("building kernel {label}: {e}"),
+            });
+        }
+        let layout = pipeline.get_bind_group_layout(0);
+        Ok(Pipeline { pipeline, layout })
+    }
+}
+
+/// A stream's handles to the device's pipelines: each is fetched from the device's kernel
+/// cache (built there once, on first use by any stream) and then kept here, so later
+/// launches skip the cache's locks.
+#[derive(Default)]
+pub(crate) struct Pipelines {
+    slots: [OnceLock<Arc<Pipeline>>; Which::COUNT],
+}
+
+impl Pipelines {
+    fn get(&self, shared: &Shared, which: Which) -> Result<Arc<Pipeline>> {
+        let slot = &self.slots[which as usize];
+        if let Some(p) = slot.get() {
+            return Ok(p.clone());
+        }
+        let p = shared
+            .kernels
+            .get_or_build(which, || which.build(&shared.device, &shared.name))?;
+        Ok(slot.get_or_init(|| p).clone())
+    }
+}
+
+/// A prepared launch: pipelines, bound resources and workgroup counts, ready to record.
+pub(crate) struct Launch {
+    dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
+}
+
+impl Launch {
+    /// Records the launch as one compute pass.
+    pub(crate) fn record(&self, enc: &mut wgpu::CommandEncoder) {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        for (pipeline, group, [x, y, z]) in &self.dispatches {
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(*x, *y, *z);
+        }
+    }
+}
+
+/// Resolves pointers and builds bind groups for one launch.
+struct Binder<'a> {
+    shared: &'a Shared,
+    dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
+}
+
+/// A count or index as a kernel word, or an error when it does not fit.
+fn word(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| Error::InvalidArgument(format!("wgpu kernel: {what} {v} exceeds 2^32")))
+}
+
+/// Workgroups for `groups` workgroups on a 2-D grid (one dimension holds at most 65,535).
+fn grid(groups: usize) -> Result<[u32; 3]> {
+    let groups = word(groups, "workgroup count")?;
+    let x = groups.clamp(1, MAX_GROUPS);
+    Ok([x, groups.div_ceil(x), 1])
+}
+
+/// Workgroups for `n` invocations in 256-wide workgroups.
+fn grid_for(n: usize) -> Result<[u32; 3]> {
+    grid(n.div_ceil(256))
+}
+
+impl<'a> Binder<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        Self {
+            shared,
+            dispatches: Vec::new(),
+        }
+    }
+
+    /// The buffer of `ptr` and the offset into it in units of `unit` bytes.
+    fn at(&self, ptr: DevicePtr, unit: u64) -> Result<(wgpu::Buffer, u32)> {
+        let (buffer, offset) = self.shared.memory.resolve(ptr)?;
+        if offset % unit != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "wgpu kernel: byte offset {offset} is not a multiple of {unit}"
+            )));
+        }
+        Ok((buffer, word((offset / unit) as usize, "offset")?))
+    }
+
+    fn dispatch(
+        &mut self,
+        k: &Arc<Pipeline>,
+        params: &[u32],
+        buffers: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        if params.len() > MAX_PARAMS {
+            return Err(Error::InvalidArgument(format!(
+                "wgpu kernel: {} parameter words (rank too high); at most {MAX_PARAMS}",
+                params.len()
+            )));
+        }
+        let mut words = [0u32; PARAM_WORDS];
+        words[..params.len()].copy_from_slice(params);
+        let device = &self.shared.device;
+        let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("streampool params"),
+            contents: bytes_of(&words),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: uniform.as_entire_binding(),
+        }];
+        for (i, b) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: b.as_entire_binding(),
+            });
+        }
+        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &k.layout,
+            entries: &entries,
+        });
+        self.dispatches.push((k.pipeline.clone(), group, groups));
+        Ok(())
+    }
+
+    fn finish(self) -> Option<Launch> {
+        Some(Launch {
+            dispatches: self.dispatches,
+        })
+    }
+}
+
+fn bytes_of(words: &[u32]) -> &[u8] {
+    // SAFETY: `u32` has no padding and any byte pattern of it is valid; the slice covers
+    // exactly the words' memory, borrowed for the same lifetime.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
+}
+
+fn unary_code(op: UnaryOp) -> (u32, f32, f32) {
+    match op {
+        UnaryOp::Relu => (0, 0.0, 0.0),
+        UnaryOp::Gelu => (1, 0.0, 0.0),
+        UnaryOp::Tanh => (2, 0.0, 0.0),
+        UnaryOp::Exp => (3, 0.0, 0.0),
+        UnaryOp::Sqrt => (4, 0.0, 0.0),
+        UnaryOp::Sqr => (5, 0.0, 0.0),
+        UnaryOp::Neg => (6, 0.0, 0.0),
+        UnaryOp::Recip => (7, 0.0, 0.0),
+        UnaryOp::Affine { mul, add } => (8, mul, add),
+    }
+}
+
+fn binary_code(op: BinaryOp) -> u32 {
+    match op {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+        BinaryOp::Max => 4,
+    }
+}
+
+/// Resolves `kernel`'s buffers and parameters into a [`Launch`]; `None` when there is
+/// nothing to compute. `Kernel::Sleep` is the stream's business and never comes here.
+pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result<Option<Launch>> {
+    const F32: u64 = 4;
+    let mut b = Binder::new(shared);
+    match kernel {
+        Kernel::Fill { out, len, value } => {
+            if *len == 0 {
+                return Ok(None);
+            }
+            let (ob, oo) = b.at(*out, F32)?;
+            let params = [oo, word(*len, "length")?, value.to_bits()];
+            b.dispatch(
+                &k.get(shared, Which::Fill)?,
+                &params,
+                &[&ob],
+                grid_for(*len)?,
+            )?;
+        }
+        Kernel::Copy {
+            src,
+            shape,
+            out,
+            elem_size,
+        } => {
+            let n: usize = shape.iter().product();
+            if n == 0 {
+                return Ok(None);
+            }
+            if ![2, 4, 8].contains(elem_size) {
+                return Err(Error::InvalidArgument(format!(
+                    "wgpu copy: unsupported element size {elem_size}"
+                )));
+            }
+            let (sb, so) = b.at(src.ptr, 1)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let mut params = vec![
+                *elem_size as u32,
+                word(n, "length")?,
+                shape.len() as u32,
+                so,
+                oo * 4,
+            ];
+            for d in shape.iter().chain(&src.strides) {
+                params.push(word(*d, "dimension")?);
+            }
+            let threads = if *elem_size == 2 { n.div_ceil(2) } else { n };
+            b.dispatch(
+                &k.get(shared, Which::Copy)?,
+                &params,
+                &[&sb, &ob],
+                grid_for(threads)?,
+            )?;
+        }
+        Kernel::Unary { op, x, out, len } => {
+            if *len == 0 {
+                return Ok(None);
+            }
+            let (xb, xo) = b.at(*x, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let (code, mul, add) = unary_code(*op);
+            let params = [
+                code,
+                xo,
+                oo,
+                word(*len, "length")?,
+                mul.to_bits(),
+                add.to_bits(),
+            ];
+            b.dispatch(
+                &k.get(shared, Which::Unary)?,
+                &params,
+                &[&xb, &ob],
+                grid_for(*len)?,
+            )?;
+        }
+        Kernel::Binary {
+            op,
+            a,
+            b: rhs,
+            shape,
+            out,
+        } => {
+            let n: usize = shape.iter().product();
+            if n == 0 {
+                return Ok(None);
+            }
+            let (ab, ao) = b.at(a.ptr, F32)?;
+            let (bb, bo) = b.at(rhs.ptr, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let mut params = vec![
+                binary_code(*op),
+                word(n, "length")?,
+                shape.len() as u32,
+                ao,
+                bo,
+                oo,
+            ];
+            for d in shape.iter().chain(&a.strides).chain(&rhs.strides) {
+                params.push(word(*d, "dimension")?);
+            }
+            b.dispatch(
+                &k.get(shared, Which::Binary)?,
+                &params,
+                &[&ab, &bb, &ob],
+                grid_for(n)?,
+            )?;
+        }
+        Kernel::Matmul {
+            a,
+            b: rhs,
+            out,
+            batch,
+            m,
+            n,
+            k: kk,
+        } => {
+            if batch * m * n == 0 {
+                return Ok(None);
+            }
+            let (ab, ao) = b.at(a.ptr, F32)?;
+            let (bb, bo) = b.at(rhs.ptr, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let tiles = [
+                word(n.div_ceil(16), "columns")?,
+                word(m.div_ceil(16), "rows")?,
+            ];
+            if tiles[0] > MAX_GROUPS || tiles[1] > MAX_GROUPS {
+                return Err(Error::InvalidArgument(format!(
+                    "wgpu matmul: {m}x{n} output exceeds the dispatch limit"
+                )));
+            }
+            // Batches beyond one dispatch's z range go in further dispatches.
+            for first in (0..*batch).step_by(MAX_GROUPS as usize) {
+                let count = (*batch - first).min(MAX_GROUPS as usize) as u32;
+                let params = [
+                    word(*m, "m")?,
+                    word(*n, "n")?,
+                    word(*kk, "k")?,
+                    word(first, "batch")?,
+                    ao,
+                    word(a.batch_stride, "stride")?,
+                    word(a.rs, "stride")?,
+                    word(a.cs, "stride")?,
+                    bo,
+                    word(rhs.batch_stride, "stride")?,
+                    word(rhs.rs, "stride")?,
+                    word(rhs.cs, "stride")?,
+                    oo,
+                ];
+                b.dispatch(
+                    &k.get(shared, Which::Matmul)?,
+                    &params,
+                    &[&ab, &bb, &ob],
+                    [tiles[0], tiles[1], count],
+                )?;
+            }
+        }
+        Kernel::Softmax { x, out, rows, cols } => {
+            if rows * cols == 0 {
+                return Ok(None);
+            }
+            let (xb, xo) = b.at(*x, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let params = [xo, oo, word(*rows, "rows")?, word(*cols, "cols")?];
+            b.dispatch(
+                &k.get(shared, Which::Softmax)?,
+                &params,
+                &[&xb, &ob],
+                grid(*rows)?,
+            )?;
+        }
+        Kernel::LayerNorm {
+            x,
+            residual,
+            gamma,
+            beta,
+            out,
+            rows,
+            cols,
+            eps,
+        } => {
+            if rows * cols == 0 {
+                return Ok(None);
+            }
+            let (xb, xo) = b.at(*x, F32)?;
+            let (rb, ro) = match residual {
+                Some(r) => b.at(*r, F32)?,
+                None => (xb.clone(), 0),
+            };
+            let (gb, go) = b.at(*gamma, F32)?;
+            let (bb, bo) = b.at(*beta, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let params = [
+                xo,
+                ro,
+                residual.is_some() as u32,
+                go,
+                bo,
+                oo,
+                word(*rows, "rows")?,
+                word(*cols, "cols")?,
+                eps.to_bits(),
+            ];
+            b.dispatch(
+                &k.get(shared, Which::LayerNorm)?,
+                &params,
+                &[&xb, &rb, &gb, &bb, &ob],
+                grid(*rows)?,
+            )?;
+        }
+        Kernel::BiasAct {
+            x,
+            bias,
+            out,
+            rows,
+            cols,
+            act,
+        } => {
+            let n = rows * cols;
+            if n == 0 {
+                return Ok(None);
+            }
+            let (xb, xo) = b.at(*x, F32)?;
+            let (bb, bo) = b.at(*bias, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let code = match act {
+                Activation::Identity => 0,
+                Activation::Relu => 1,
+                Activation::Gelu => 2,
+            };
+            let params = [xo, bo, oo, word(n, "length")?, word(*cols, "cols")?, code];
+            b.dispatch(
+                &k.get(shared, Which::BiasAct)?,
+                &params,
+                &[&xb, &bb, &ob],
+                grid_for(n)?,
+            )?;
+        }
+        Kernel::IndexSelect {
+            table,
+            ids,
+            out,
+            n_ids,
+            row_len,
+            table_rows,
+        } => {
+            let n = n_ids * row_len;
+            if n == 0 {
+                return Ok(None);
+            }
+            let (tb, to) = b.at(*table, F32)?;
+            let (ib, io) = b.at(*ids, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let params = [
+                to,
+                io,
+                oo,
+                word(n, "length")?,
+                word(*row_len, "row length")?,
+                // Ids at or past 2^32 are out of range for any table a kernel can bind.
+                u32::try_from(*table_rows).unwrap_or(u32::MAX),
+            ];
+            b.dispatch(
+                &k.get(shared, Which::IndexSelect)?,
+                &params,
+                &[&tb, &ib, &ob],
+                grid_for(n)?,
+            )?;
+        }
+        Kernel::Reduce {
+            op,
+            x,
+            out,
+            outer,
+            axis,
+            inner,
+        } => {
+            let outputs = outer * inner;
+            if outputs == 0 {
+                return Ok(None);
+            }
+            let (xb, xo) = b.at(*x, F32)?;
+            let (ob, oo) = b.at(*out, F32)?;
+            let code = match op {
+                ReduceOp::Sum => 0,
+                ReduceOp::Mean => 1,
+                ReduceOp::Max => 2,
+            };
+            let params = [
+                code,
+                xo,
+                oo,
+                word(*outer, "outer")?,
+                word(*axis, "axis")?,
+                word(*inner, "inner")?,
+            ];
+            b.dispatch(
+                &k.get(shared, Which::Reduce)?,
+                &params,
+                &[&xb, &ob],
+                grid(outputs)?,
+            )?;
+        }
+        Kernel::Sleep { .. } => {
+            return Err(Error::InvalidArgument(
+                "wgpu: Sleep is handled by the stream, not launched".into(),
+            ))
+        }
+    }
+    Ok(b.finish())
+}

@@ -1,0 +1,346 @@
+//! The portable GPU backend (feature `wgpu`): Vulkan on Linux, Metal on macOS, DX12 on Windows.
+//!
+//! | concept   | here                                                                          |
+//! |-----------|-------------------------------------------------------------------------------|
+//! | device    | a `wgpu::Device` and its one `Queue`, on the adapter [`WgpuConfig`] picks      |
+//! | stream    | logical: its own command encoder, submitted in order to the one queue ([`stream`]) |
+//! | event     | a point in a stream's submissions: a `SubmissionIndex` waited with `Device::poll` |
+//! | copies    | through staging buffers mapped at creation (up) or mapped for reading (down)   |
+//! | memory    | one storage buffer per allocator block; `DevicePtr` = buffer id + byte offset ([`memory`]) |
+//! | kernels   | WGSL compute pipelines built once per device ([`kernels`], `shaders/`)         |
+//!
+//! **Quarantine lock.** Work reaches the GPU through one queue, but encoding is per stream, so
+//! threads on different streams record command buffers at the same time; that is where
+//! threads win on one queue. The system we descend from found Apple's Metal driver unsafe
+//! with three or more command buffers encoded at once and serialized those calls. Here
+//! [`WgpuConfig::quarantine`] puts one lock per device around encoding, finishing and
+//! submitting command buffers: on for Metal by default (the suspect driver), off elsewhere;
+//! `STREAMPOOL_WGPU_QUARANTINE=1|0` overrides the default. Both settings are tested
+//! (`tests/wgpu.rs`).
+
+pub(crate) mod kernels;
+pub(crate) mod memory;
+pub(crate) mod stream;
+
+use std::any::Any;
+use std::sync::OnceLock;
+
+use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
+use crate::sync::{Arc, Mutex};
+use crate::{Device, DeviceConfig, DeviceKind, Error, KernelCache, Result};
+
+/// Whether the device serializes encoding and submission behind its quarantine lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Quarantine {
+    /// On for Metal, off for other backends, unless `STREAMPOOL_WGPU_QUARANTINE` says `1`/`0`.
+    #[default]
+    Auto,
+    /// Always take the lock.
+    On,
+    /// Never take it.
+    Off,
+}
+
+/// Settings of a wgpu device.
+///
+/// ```no_run
+/// use streampool::{Device, WgpuConfig};
+/// // The first adapter whose name contains "llvmpipe" (Mesa's software Vulkan), say.
+/// let dev = Device::wgpu_with(WgpuConfig {
+///     adapter: Some("llvmpipe".into()),
+///     ..WgpuConfig::default()
+/// }).unwrap();
+/// assert!(dev.name().contains("llvmpipe"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WgpuConfig {
+    /// Pool, memory limit and event policy, as for every device.
+    pub device: DeviceConfig,
+    /// Which adapter: its index in the adapter list (`"0"`), or a case-insensitive part of
+    /// its name, backend or type (`"nvidia"`, `"vulkan"`, `"cpu"`). `None`: the variable
+    /// `STREAMPOOL_WGPU_ADAPTER` if set, else the best adapter: discrete, then integrated,
+    /// then virtual GPUs, then (if `allow_software`) software ones.
+    pub adapter: Option<String>,
+    /// Whether a software adapter (Mesa's lavapipe, WARP) may be picked when no GPU is found.
+    pub allow_software: bool,
+    /// The quarantine lock (see the module docs).
+    pub quarantine: Quarantine,
+}
+
+impl Default for WgpuConfig {
+    fn default() -> Self {
+        Self {
+            device: DeviceConfig::default(),
+            adapter: None,
+            allow_software: true,
+            quarantine: Quarantine::Auto,
+        }
+    }
+}
+
+/// What a wgpu device shares with its streams.
+pub(crate) struct Shared {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) name: String,
+    pub(crate) memory: memory::Memory,
+    /// Pipelines, built once per device and shared by every stream and thread.
+    pub(crate) kernels: KernelCache<kernels::Which, kernels::Pipeline>,
+    /// The quarantine lock, when on: held around encoding, finishing and submission only.
+    pub(crate) quarantine: Option<Mutex<()>>,
+}
+
+impl Shared {
+    pub(crate) fn backend_err(&self, msg: String) -> Error {
+        Error::Backend {
+            device: self.name.clone(),
+            msg,
+        }
+    }
+}
+
+/// An owning handle to a device's [`Shared`] state whose last drop runs on a helper thread.
+/// Streams are dropped from thread-local destructors (a thread's cached pooled stream), and
+/// wgpu must not be torn down there: it reaches for its own thread-locals, which are already
+/// gone, and the process aborts.
+pub(crate) struct SharedRef(Option<Arc<Shared>>);
+
+impl SharedRef {
+    fn new(shared: Shared) -> Self {
+        Self(Some(Arc::new(shared)))
+    }
+
+    pub(crate) fn same(&self, other: &SharedRef) -> bool {
+        Arc::ptr_eq(self, other)
+    }
+}
+
+impl std::ops::Deref for SharedRef {
+    type Target = Arc<Shared>;
+    fn deref(&self) -> &Arc<Shared> {
+        // Only `drop` takes the Arc out.
+        self.0.as_ref().expect("SharedRef used after drop")
+    }
+}
+
+impl Clone for SharedRef {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl Drop for SharedRef {
+    fn drop(&mut self) {
+        // `into_inner` is `Some` for exactly one owner, the last.
+        if let Some(last) = self.0.take().and_then(Arc::into_inner) {
+            drop_off_thread(last);
+        }
+    }
+}
+
+/// Drops `value` on a short-lived helper thread and waits for it: for wgpu objects whose
+/// owner may be dropped inside a thread-local destructor (see [`SharedRef`]).
+pub(crate) fn drop_off_thread<T: Send + 'static>(value: T) {
+    let teardown = std::thread::Builder::new()
+        .name("sp-wgpu-drop".into())
+        .spawn(move || drop(value));
+    // If no thread can be started, the closure (and the value) is dropped right here.
+    if let Ok(handle) = teardown {
+        let _ = handle.join();
+    }
+}
+
+/// One wgpu device.
+pub(crate) struct WgpuDevice {
+    shared: SharedRef,
+}
+
+/// Rank of an adapter type when none is asked for: lower is preferred.
+fn preference(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+/// The adapters wgpu finds, as `index: name (backend, type)` lines, for errors and `check`.
+pub fn describe_adapters() -> Vec<String> {
+    adapters()
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let info = a.get_info();
+            format!(
+                "{i}: {} ({:?}, {:?})",
+                info.name, info.backend, info.device_type
+            )
+        })
+        .collect()
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+    // No validation layers unless asked for through wgpu's environment variables.
+    desc.flags = wgpu::InstanceFlags::empty().with_env();
+    wgpu::Instance::new(desc)
+}
+
+fn adapters() -> Vec<wgpu::Adapter> {
+    pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()))
+}
+
+impl WgpuDevice {
+    fn open(config: &WgpuConfig) -> Result<(usize, Self)> {
+        let list = adapters();
+        let describe = || {
+            let lines = describe_adapters();
+            if lines.is_empty() {
+                "no adapters at all (is a Vulkan driver installed? e.g. mesa-vulkan-drivers)"
+                    .to_string()
+            } else {
+                format!("adapters: {}", lines.join("; "))
+            }
+        };
+        let wanted = config
+            .adapter
+            .clone()
+            .or_else(|| std::env::var("STREAMPOOL_WGPU_ADAPTER").ok())
+            .filter(|s| !s.is_empty());
+        let index = match &wanted {
+            Some(w) => match w.parse::<usize>() {
+                Ok(i) if i < list.len() => Some(i),
+                Ok(_) => None,
+                Err(_) => {
+                    let w = w.to_lowercase();
+                    list.iter().position(|a| {
+                        let info = a.get_info();
+                        format!("{} {:?} {:?}", info.name, info.backend, info.device_type)
+                            .to_lowercase()
+                            .contains(&w)
+                    })
+                }
+            },
+            None => (0..list.len())
+                .filter(|&i| {
+                    config.allow_software || list[i].get_info().device_type != wgpu::DeviceType::Cpu
+                })
+                .min_by_key(|&i| preference(list[i].get_info().device_type)),
+        };
+        let Some(index) = index else {
+            return Err(Error::Unavailable(match wanted {
+                Some(w) => format!("wgpu: no adapter matches {w:?}; {}", describe()),
+                None => format!("wgpu: no usable adapter; {}", describe()),
+            }));
+        };
+        let adapter = &list[index];
+        let info = adapter.get_info();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("streampool"),
+            required_features: wgpu::Features::empty(),
+            // The adapter's own limits: the largest buffers and bindings it allows.
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::Unavailable(format!("wgpu: opening {}: {e}", info.name)))?;
+        let name = format!("wgpu:{index} ({}, {:?})", info.name, info.backend);
+        // wgpu's default handler panics; errors outside our scopes are logged instead (all
+        // encoding and submission runs inside scopes, which report to the calling thread).
+        let log_name = name.clone();
+        device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
+            tracing::error!(device = %log_name, error = %e, "uncaptured wgpu error");
+        }));
+        let quarantine = match config.quarantine {
+            Quarantine::On => true,
+            Quarantine::Off => false,
+            Quarantine::Auto => match std::env::var("STREAMPOOL_WGPU_QUARANTINE").as_deref() {
+                Ok("1") => true,
+                Ok("0") => false,
+                _ => info.backend == wgpu::Backend::Metal,
+            },
+        };
+        let memory = memory::Memory::new(name.clone(), &device.limits());
+        Ok((
+            index,
+            Self {
+                shared: SharedRef::new(Shared {
+                    device,
+                    queue,
+                    name,
+                    memory,
+                    kernels: KernelCache::new(),
+                    quarantine: quarantine.then(|| Mutex::new(())),
+                }),
+            },
+        ))
+    }
+}
+
+impl BackendMemory for WgpuDevice {
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.shared.memory.alloc(&self.shared.device, bytes)
+    }
+
+    unsafe fn free(&self, ptr: DevicePtr, _bytes: usize) {
+        self.shared.memory.free(ptr)
+    }
+}
+
+impl BackendDevice for WgpuDevice {
+    fn name(&self) -> String {
+        self.shared.name.clone()
+    }
+
+    fn create_stream(&self, _index: usize) -> Result<Arc<dyn BackendStream>> {
+        Ok(Arc::new(stream::WgpuStream::new(self.shared.clone())))
+    }
+
+    fn cheap_events(&self) -> bool {
+        // An event submits the stream's open command buffer: per op output, that would be a
+        // submission per op. Record them lazily, on the first read from another stream.
+        false
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Device {
+    /// The process-wide wgpu device (default [`WgpuConfig`], so the adapter named by
+    /// `STREAMPOOL_WGPU_ADAPTER` or else the best one), shared by every caller. Returns
+    /// [`Error::Unavailable`] with the adapters found when none is usable; a failed open is
+    /// retried on the next call.
+    ///
+    /// ```no_run
+    /// use streampool::{Device, Tensor};
+    /// let dev = Device::wgpu().unwrap();
+    /// let x = Tensor::randn(&[4, 4], 0, &dev).unwrap();
+    /// assert_eq!(x.matmul(&x).unwrap().to_vec::<f32>().unwrap().len(), 16);
+    /// ```
+    pub fn wgpu() -> Result<Device> {
+        static DEVICE: OnceLock<Mutex<Option<Device>>> = OnceLock::new();
+        // Held while the first caller opens the adapter (no GPU wait), so all get one device.
+        let mut slot = DEVICE.get_or_init(|| Mutex::new(None)).lock();
+        if let Some(d) = slot.as_ref() {
+            return Ok(d.clone());
+        }
+        let dev = Device::wgpu_with(WgpuConfig::default())?;
+        *slot = Some(dev.clone());
+        Ok(dev)
+    }
+
+    /// A new, separate wgpu device (own `wgpu::Device`, queue, pool, allocator and kernels).
+    pub fn wgpu_with(config: WgpuConfig) -> Result<Device> {
+        let (index, backend) = WgpuDevice::open(&config)?;
+        Device::with_backend(
+            Device::next_id(),
+            DeviceKind::Wgpu(index),
+            Arc::new(backend),
+            config.device,
+        )
+    }
+}
