@@ -260,12 +260,13 @@ fn loom_allocator_no_double_handout() {
 #[test]
 fn loom_allocator_requests_at_the_limit_wait_for_releases_in_flight() {
     let mut model = loom::model::Builder::new();
-    // The failing schedules need one preemption (inside the other requester's release);
-    // a bound of 2 keeps the model to seconds while covering them.
-    model.preemption_bound = Some(2);
-    // A host wait spins (`FakeEvent::synchronize` yields) until the main thread completes
-    // the event; some schedules take more steps than loom's default of 1000.
-    model.max_branches = 100_000;
+    // The failing schedules of the old allocator need one preemption (inside the other
+    // requester's release). A bound of 3 runs in under a second; without a bound the model
+    // also passes, in about 40 s on the 2-core machine (too slow for every CI run).
+    model.preemption_bound = Some(3);
+    // A host wait spins (`FakeEvent::synchronize` yields) until the event completes; some
+    // schedules take more steps than loom's default of 1000.
+    model.max_branches = 20_000;
     model.check(|| {
         // Room for 1536 bytes: a held 512-byte block plus a cached 1024-byte one fill it;
         // once the 1024-byte block is released, both 512-byte requests fit.
@@ -289,12 +290,18 @@ fn loom_allocator_requests_at_the_limit_wait_for_releases_in_flight() {
         );
         let requesters: Vec<_> = (1..3)
             .map(|s| {
-                let alloc = alloc.clone();
-                thread::spawn(move || alloc.alloc(512, s, &FakeStream))
+                let (alloc, read_done) = (alloc.clone(), read_done.clone());
+                thread::spawn(move || {
+                    if s == 1 {
+                        // Stream 3's read finishes while the other request runs (the thread
+                        // completing it stands in for the device; one thread fewer keeps
+                        // the model small).
+                        read_done.complete();
+                    }
+                    alloc.alloc(512, s, &FakeStream)
+                })
             })
             .collect();
-        // The slow stream finishes its read while the requests run.
-        read_done.complete();
         let blocks: Vec<_> = requesters
             .into_iter()
             .map(|t| {
