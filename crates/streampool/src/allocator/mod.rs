@@ -13,12 +13,14 @@
 //! 4. at the limit, completed cached blocks are released, and if that is not enough a block
 //!    of the right size whose guards are still pending is reused by making `s` *wait* on
 //!    those events (device-side, no host block); then the host waits (outside the lock) for
-//!    the guards of every cached block and releases the blocks that are idle;
+//!    the guards of every cached block and releases the blocks that are idle (it drains
+//!    again even with nothing to wait for: a guard may have completed since the first drain);
 //! 5. if there is still no room, the request fails with [`Error::OutOfMemory`] only when no
-//!    other thread has a release or a host wait *in flight* and no release has completed
-//!    since this pass began; otherwise it waits for those to finish (on a condition
-//!    variable, lock released) and starts again from step 1. A request larger than the
-//!    whole limit fails at once, without touching the cache.
+//!    other thread has a release or a host wait *in flight* and no room has been made (a
+//!    release or a failed reservation accounted) since this pass began; otherwise it waits
+//!    for those to finish (on a condition variable, lock released) and starts again from
+//!    step 1. A request larger than the whole limit fails at once, without touching the
+//!    cache.
 //!
 //! **Where a cached block is.** At every moment, under the mutex, each byte of `reserved`
 //! is in a live block (`allocated`), on a free list, or in a release in flight: a release
