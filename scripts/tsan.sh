@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# ThreadSanitizer over streampool's concurrency tests, on the stable toolchain.
+# ThreadSanitizer over the concurrency tests (streampool's core suites, the batch queue and
+# the server), on the stable toolchain.
 #
 # Usage: scripts/tsan.sh [extra cargo test args]
-# Writes the full log to target/tsan/tsan.log and exits non-zero if TSan reported anything.
+#        scripts/tsan.sh --stress N [BINARY...] [-- TEST_ARGS...]
+# The first form writes the full log to $CARGO_TARGET_DIR/tsan.log (target/tsan unless set)
+# and exits non-zero if TSan reported anything. The second runs scripts/stress.sh with the
+# TSan build instead: N runs of each binary, a TSan report fails its run (exit code 66).
 #
 # How: RUSTC_BOOTSTRAP=1 unlocks -Zsanitizer on stable; `--target <host>` keeps build scripts
 # and proc macros uninstrumented (they run on the host). There is no rust-src here, so the
@@ -18,13 +22,32 @@ export RUSTFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/tsan}
 export TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0 suppressions=$PWD/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 mkdir -p "$CARGO_TARGET_DIR"
+if [[ ${1:-} == --stress ]]; then
+    shift
+    # stress.sh builds with plain `cargo test`; this makes it build for the host target too.
+    export CARGO_BUILD_TARGET=$host
+    exec scripts/stress.sh "$@"
+fi
 log="$CARGO_TARGET_DIR/tsan.log"
-tests=(--test concurrency --test allocator --test lazy_events --test smoke)
-echo "building and running ${tests[*]} under ThreadSanitizer (log: $log)" >&2
-set +e
-cargo test --release --target "$host" -p streampool "${tests[@]}" "$@" 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
-set -e
+# package: its test binaries. One cargo call per package (each names only its own tests);
+# a failing package does not stop the others.
+suites=(
+    "streampool: --test concurrency --test allocator --test lazy_events --test smoke"
+    "streampool-batch: --test batch_queue"
+    "streampool-serve: --test server --test overload"
+)
+: >"$log"
+status=0
+for suite in "${suites[@]}"; do
+    pkg=${suite%%:*}
+    read -ra tests <<<"${suite#*:}"
+    echo "building and running $pkg ${tests[*]} under ThreadSanitizer (log: $log)" >&2
+    set +e
+    cargo test --release --target "$host" -p "$pkg" "${tests[@]}" "$@" 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" -eq 0 ] || status=$rc
+done
 reports=$(grep -c "WARNING: ThreadSanitizer" "$log" || true)
 echo "ThreadSanitizer reports: $reports (cargo test exit status $status)"
 [ "$status" -eq 0 ] && [ "$reports" -eq 0 ]

@@ -13,9 +13,25 @@
 //! 4. at the limit, completed cached blocks are released, and if that is not enough a block
 //!    of the right size whose guards are still pending is reused by making `s` *wait* on
 //!    those events (device-side, no host block); then the host waits (outside the lock) for
-//!    the guards of every cached block and releases the blocks that are idle; then the
-//!    request fails with [`Error::OutOfMemory`]. A request larger than the whole limit fails
-//!    at once, without touching the cache.
+//!    the guards of every cached block and releases the blocks that are idle (it drains
+//!    again even with nothing to wait for: a guard may have completed since the first drain);
+//! 5. if there is still no room, the request fails with [`Error::OutOfMemory`] only when no
+//!    other thread has a release or a host wait *in flight* and no room has been made (a
+//!    release or a failed reservation accounted) since this pass began; otherwise it waits
+//!    for those to finish (on a condition variable, lock released) and starts again from
+//!    step 1. A request larger than the whole limit fails at once, without touching the
+//!    cache.
+//!
+//! **Where a cached block is.** At every moment, under the mutex, each byte of `reserved`
+//! is in a live block (`allocated`), on a free list, or in a release in flight: a release
+//! takes its blocks off the lists and counts itself in `State::in_flight` in one critical
+//! section, and takes `reserved` down and itself out of `in_flight` in another, after the
+//! backend has the memory back. A host wait counts itself in `in_flight` while its events
+//! are collected and hands over to the release of what it found idle in one critical
+//! section. So a requester that sees no room and nothing in flight knows no room is about
+//! to appear; one that sees something in flight waits for it instead of failing. (Before
+//! this, a block taken off its list to be released was invisible to a second requester
+//! until the release was accounted, and that requester failed at the limit: issue #13.)
 //!
 //! **Lazy guards.** Where events cost a driver call (CUDA), a block used by one stream only
 //! is freed with a *lazy* guard: no event, just "stream `t` used it up to now". Its own
@@ -26,7 +42,8 @@
 //! per freed block was what stopped per-thread throughput from scaling.)
 //!
 //! One mutex guards the lists and statistics; it is held for list operations and event
-//! queries only, never across a host wait on an event.
+//! queries only, never across a host wait on an event or a backend call. Requesters that
+//! wait for operations in flight wait on a condition variable of that mutex.
 
 pub mod size_class;
 
@@ -35,7 +52,7 @@ use std::collections::HashMap;
 pub use size_class::size_class;
 
 use crate::backend::{BackendEvent, BackendMemory, BackendStream, DevicePtr};
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, Condvar, Mutex};
 use crate::{Error, Result};
 
 /// A live block handed out by the allocator.
@@ -111,6 +128,12 @@ struct State {
     free: Vec<HashMap<usize, Vec<FreeBlock>>>,
     /// Per stream slot: its handle (to record resolving events) while it has lazy guards.
     lazy: Vec<Option<Arc<dyn BackendStream>>>,
+    /// Releases and host waits in progress outside the lock (see the module doc): while
+    /// non-zero, a requester at the limit waits instead of failing.
+    in_flight: usize,
+    /// Bumped whenever `stats.reserved` goes down (a release or a failed reservation is
+    /// accounted): a requester that failed to find room retries if it changed meanwhile.
+    room_made: u64,
     stats: AllocatorStats,
 }
 
@@ -207,6 +230,8 @@ pub(crate) struct CachingAllocator {
     device_name: String,
     limit: Option<usize>,
     state: Mutex<State>,
+    /// Notified (under `state`) whenever an operation in flight ends.
+    settled: Condvar,
 }
 
 impl CachingAllocator {
@@ -224,8 +249,11 @@ impl CachingAllocator {
             state: Mutex::new(State {
                 free,
                 lazy: (0..streams).map(|_| None).collect(),
+                in_flight: 0,
+                room_made: 0,
                 stats: AllocatorStats::default(),
             }),
+            settled: Condvar::new(),
         }
     }
 
@@ -237,47 +265,76 @@ impl CachingAllocator {
         stream: &dyn BackendStream,
     ) -> Result<Block> {
         let size = size_class(bytes);
-        {
+        let block = |ptr| Block {
+            ptr,
+            size,
+            stream: s,
+        };
+        let mut first = true;
+        loop {
+            // Step 5 compares against this: room made after it is seen by this pass.
+            let room_seen;
+            {
+                let mut st = self.state.lock();
+                if first {
+                    st.stats.allocs += 1;
+                    if self.limit.is_some_and(|l| size > l) {
+                        // Can never fit: fail before releasing the cache or waiting on
+                        // anyone's events, so one oversized request does not slow or starve
+                        // other threads.
+                        return Err(self.out_of_memory(bytes, &st));
+                    }
+                    first = false;
+                }
+                room_seen = st.room_made;
+                let mut found = st.take_ready(s, size);
+                if found.is_none() && st.has_lazy(s) {
+                    // Nothing ready: give other streams' lazily freed blocks their events;
+                    // those streams may well be idle already, so try again.
+                    st.resolve(Some(s));
+                    found = st.take_ready(s, size);
+                }
+                if let Some((ptr, cross)) = found {
+                    st.stats.cache_hits += 1;
+                    st.stats.cross_stream_reuses += cross as u64;
+                    st.note_alloc(size);
+                    return Ok(block(ptr));
+                }
+            }
+            if let Some(ptr) = self.reserve(size)? {
+                return Ok(block(ptr));
+            }
+            if let Some(ptr) = self.at_limit(size, s, stream)? {
+                return Ok(block(ptr));
+            }
+            // Step 5: fail only if nothing can make room any more.
             let mut st = self.state.lock();
-            st.stats.allocs += 1;
-            if self.limit.is_some_and(|l| size > l) {
-                // Can never fit: fail before releasing the cache or waiting on anyone's
-                // events, so one oversized request does not slow or starve other threads.
-                return Err(self.out_of_memory(bytes, &st));
-            }
-            let mut found = st.take_ready(s, size);
-            if found.is_none() && st.has_lazy(s) {
-                // Nothing ready: give other streams' lazily freed blocks their events; those
-                // streams may well be idle already, so try again.
-                st.resolve(Some(s));
-                found = st.take_ready(s, size);
-            }
-            if let Some((ptr, cross)) = found {
-                st.stats.cache_hits += 1;
-                st.stats.cross_stream_reuses += cross as u64;
-                st.note_alloc(size);
-                return Ok(Block {
-                    ptr,
-                    size,
-                    stream: s,
-                });
+            loop {
+                if st.room_made != room_seen {
+                    break; // a release was accounted since this pass began: try again
+                }
+                if st.in_flight == 0 {
+                    return Err(self.out_of_memory(bytes, &st));
+                }
+                // Releases the lock while waiting; this thread has nothing in flight itself,
+                // so whoever does will end it and notify.
+                st = self.settled.wait(st);
             }
         }
-        if let Some(ptr) = self.reserve(size)? {
-            return Ok(Block {
-                ptr,
-                size,
-                stream: s,
-            });
-        }
-        // At the limit: release what is idle, then try again.
+    }
+
+    /// Step 4 of the module doc, after a reservation failed at the limit: `Ok(None)` if
+    /// this pass found no memory.
+    fn at_limit(
+        &self,
+        size: usize,
+        s: usize,
+        stream: &dyn BackendStream,
+    ) -> Result<Option<DevicePtr>> {
+        // Release what is idle, then try again.
         self.release(|st| st.drain_completed());
         if let Some(ptr) = self.reserve(size)? {
-            return Ok(Block {
-                ptr,
-                size,
-                stream: s,
-            });
+            return Ok(Some(ptr));
         }
         // Reuse a same-size block still in use elsewhere, ordered by a device-side wait.
         let pending = {
@@ -318,38 +375,52 @@ impl CachingAllocator {
                     return Err(e);
                 }
             }
-            return Ok(Block {
-                ptr: block.ptr,
-                size,
-                stream: s,
-            });
+            return Ok(Some(block.ptr));
         }
         // Last resort: wait on the host until every cached block is idle, then release the
         // idle ones. The blocks stay on their lists meanwhile, so other threads can still
-        // reuse them (taking them out would make concurrent requests fail for no reason).
+        // reuse them (taking them out would make concurrent requests fail for no reason),
+        // and the wait counts as in flight, so other requesters at the limit wait for it.
         let pending_events: Vec<Arc<dyn BackendEvent>> = {
-            let st = self.state.lock();
-            st.free
+            let mut st = self.state.lock();
+            let events: Vec<_> = st
+                .free
                 .iter()
                 .flat_map(|lists| lists.values().flatten())
                 .flat_map(|b| b.guards.iter())
                 .filter(|g| !g.done())
                 .filter_map(|g| g.event.clone())
-                .collect()
+                .collect();
+            if !events.is_empty() {
+                st.in_flight += 1;
+            }
+            events
         };
+        let waiting = !pending_events.is_empty();
         // No lock held here: host waits happen outside the allocator mutex.
-        for event in &pending_events {
-            event.synchronize()?;
-        }
-        self.release(|st| st.drain_completed());
-        if let Some(ptr) = self.reserve(size)? {
-            return Ok(Block {
-                ptr,
-                size,
-                stream: s,
-            });
-        }
-        Err(self.out_of_memory(bytes, &self.state.lock()))
+        let waited = pending_events.iter().try_for_each(|e| e.synchronize());
+        // Drain even when there was nothing to wait for: a guard may have completed since
+        // the drain above, and its block is then idle on a list. The wait ends in the same
+        // critical section that takes what is idle off the lists (and counts that release in
+        // flight): no moment between the two where a block is neither cached nor counted.
+        self.release(|st| {
+            if waiting {
+                self.end_op(st);
+            }
+            if waited.is_ok() {
+                st.drain_completed()
+            } else {
+                Vec::new()
+            }
+        });
+        waited?;
+        self.reserve(size)
+    }
+
+    /// Ends an operation counted in `in_flight` and wakes requesters waiting for it.
+    fn end_op(&self, st: &mut State) {
+        st.in_flight -= 1;
+        self.settled.notify_all();
     }
 
     fn out_of_memory(&self, requested: usize, st: &State) -> Error {
@@ -381,6 +452,9 @@ impl CachingAllocator {
                 st.stats.reserved -= size;
                 st.stats.allocated -= size;
                 st.stats.backend_allocs -= 1;
+                // Room appeared: a requester that found none meanwhile tries again.
+                st.room_made += 1;
+                self.settled.notify_all();
                 drop(st);
                 // The backend itself is out of memory: treat it like reaching the limit.
                 if matches!(e, Error::OutOfMemory { .. }) {
@@ -392,12 +466,19 @@ impl CachingAllocator {
         }
     }
 
-    /// Takes blocks out with `pick` (under the lock) and returns them to the backend.
+    /// Takes blocks out with `pick` (under the lock) and returns them to the backend. From
+    /// the moment they leave the lists until `reserved` no longer counts them, the release is
+    /// counted in `in_flight` (see the module doc).
     fn release(&self, pick: impl FnOnce(&mut State) -> Vec<(DevicePtr, usize)>) {
-        let blocks = pick(&mut self.state.lock());
-        if blocks.is_empty() {
-            return;
-        }
+        let blocks = {
+            let mut st = self.state.lock();
+            let blocks = pick(&mut st);
+            if blocks.is_empty() {
+                return;
+            }
+            st.in_flight += 1;
+            blocks
+        };
         for &(ptr, size) in &blocks {
             // SAFETY: each block came from `self.memory.alloc(size)` and every guard on it has
             // completed (or been synchronized), so no stream touches it any more.
@@ -408,6 +489,8 @@ impl CachingAllocator {
             st.stats.reserved -= size;
             st.stats.backend_frees += 1;
         }
+        st.room_made += 1;
+        self.end_op(&mut st);
     }
 
     /// Returns a block used only by its own allocation stream `stream`, with a lazy guard:

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Runs the concurrency-heavy test binaries N times each, in release, with the default test
+# parallelism, and reports how often every test failed (issue #13: timing-dependent failures
+# that one `cargo test` run does not show).
+#
+# Usage: scripts/stress.sh [N] [BINARY...] [-- TEST_ARGS...]
+#   N          runs of each binary (default 20)
+#   BINARY     test binaries to run, by name (default: all of them, see `suites` below)
+#   TEST_ARGS  passed to every run, e.g. a test-name filter and `--exact`
+# Example: scripts/stress.sh 200 allocator -- concurrent_requests_at_the_limit --exact
+#
+# The binaries are built once (`cargo test --no-run`) and then run directly, from their
+# package's directory as `cargo test` would, so N runs cost N runs and not N cargo calls.
+# Each run has a time limit (STRESS_TIMEOUT seconds, default 600): a hang counts as a
+# failure. Logs of failed runs are kept under $CARGO_TARGET_DIR/stress/. Exits non-zero if
+# any run failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+n=20
+if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then
+    n=$1
+    shift
+fi
+only=()
+while [[ $# -gt 0 && $1 != -- ]]; do
+    only+=("$1")
+    shift
+done
+[[ ${1:-} == -- ]] && shift
+test_args=("$@")
+
+# package:test-binary, every suite whose tests race threads against each other.
+suites=(
+    streampool:concurrency
+    streampool:allocator
+    streampool:lazy_events
+    streampool-batch:batch_queue
+    streampool-serve:server
+    streampool-serve:overload
+)
+if [[ ${#only[@]} -gt 0 ]]; then
+    picked=()
+    for want in "${only[@]}"; do
+        found=
+        for s in "${suites[@]}"; do
+            [[ ${s#*:} == "$want" ]] && picked+=("$s") && found=1
+        done
+        [[ -n $found ]] || { echo "stress.sh: unknown test binary '$want'" >&2; exit 2; }
+    done
+    suites=("${picked[@]}")
+fi
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+out="$CARGO_TARGET_DIR/stress"
+rm -rf "$out"
+mkdir -p "$out"
+
+# Build once; cargo reports each test executable in its JSON messages.
+declare -A exe pkgdir
+for s in "${suites[@]}"; do
+    pkg=${s%%:*} bin=${s#*:}
+    path=$(cargo test --release -p "$pkg" --test "$bin" --no-run --message-format=json \
+        | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and m["target"]["name"] == sys.argv[1] and "test" in m["target"]["kind"]:
+        print(m["executable"])
+' "$bin")
+    [[ -n $path ]] || { echo "stress.sh: no executable for $s" >&2; exit 2; }
+    exe[$s]=$path
+    pkgdir[$s]=$root/crates/$pkg
+done
+
+tally="$out/tally.tsv" # binary, test, ok|FAILED, one line per test per run
+: >"$tally"
+failed_runs=0
+start=$(date +%s)
+echo "stress: ${#suites[@]} binaries x $n runs (${test_args[*]:-all tests})" >&2
+for ((i = 1; i <= n; i++)); do
+    for s in "${suites[@]}"; do
+        bin=${s#*:}
+        log="$out/run.log"
+        set +e
+        (cd "${pkgdir[$s]}" && CARGO_MANIFEST_DIR="${pkgdir[$s]}" \
+            timeout "${STRESS_TIMEOUT:-600}" "${exe[$s]}" "${test_args[@]}") >"$log" 2>&1
+        rc=$?
+        set -e
+        sed -nE "s/^test (.+) \.\.\. (ok|FAILED)$/$bin\t\1\t\2/p" "$log" >>"$tally"
+        if [[ $rc -ne 0 ]]; then
+            failed_runs=$((failed_runs + 1))
+            cp "$log" "$out/$bin-run$i.log"
+            # A crash or hang names no failed test: count it against the binary.
+            if ! grep -qE '^test .+ \.\.\. FAILED$' "$log"; then
+                printf '%s\t(binary exit %s)\tFAILED\n' "$bin" "$rc" >>"$tally"
+            fi
+            echo "run $i: $bin failed (exit $rc), log: $out/$bin-run$i.log" >&2
+        fi
+    done
+    ((i % 10 == 0)) && echo "stress: $i/$n runs done, $failed_runs failed" >&2
+done
+secs=$(($(date +%s) - start))
+
+echo
+echo "| binary | test | runs | failures |"
+echo "|---|---|---:|---:|"
+awk -F'\t' '{ k = $1 "\t" $2; runs[k]++; if ($3 == "FAILED") bad[k]++ }
+    END { for (k in runs) { split(k, p, "\t"); printf "| %s | %s | %d | %d |\n", p[1], p[2], runs[k], bad[k] } }' \
+    "$tally" | sort
+echo
+echo "stress: ${#suites[@]} binaries x $n runs in ${secs} s; $failed_runs failed runs"
+[[ $failed_runs -eq 0 ]]
