@@ -225,7 +225,12 @@ impl Launcher<'_> {
                     return Ok(());
                 }
                 let (o, n) = (out.0, len as u64);
-                self.go(m.fill.get(dtype)?, grid(len), THREADS, &mut args![o, n, value])
+                self.go(
+                    m.fill.get(dtype)?,
+                    grid(len),
+                    THREADS,
+                    &mut args![o, n, value],
+                )
             }
             Kernel::Cast {
                 x,
