@@ -11,6 +11,8 @@ use half::{bf16, f16};
 use reference::{erf, Rng};
 use streampool::{Activation, DType, Device, MatmulMath, Tensor};
 
+type F64Fn = fn(f64) -> f64;
+
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 fn tol(dt: DType) -> f64 {
@@ -125,7 +127,7 @@ fn elementwise_ops_in_every_dtype() {
             })
             .collect();
         close("strided add", dt, &at.add(&at).unwrap(), &want);
-        let un: Vec<(&str, Tensor, fn(f64) -> f64)> = vec![
+        let un: Vec<(&str, Tensor, F64Fn)> = vec![
             ("gelu", a.gelu().unwrap(), gelu),
             ("exp", a.exp().unwrap(), f64::exp),
             ("tanh", a.tanh().unwrap(), f64::tanh),
