@@ -1,7 +1,12 @@
 //! Element types.
 
-/// The element type of a tensor. Kernels compute in `F32`; `I64` holds indices (token ids);
-/// `F16`/`BF16` are storage types (weights are upcast to `F32` when loaded).
+/// The element type of a tensor. `F32`, `F16` and `BF16` are compute types: every
+/// floating-point op runs on each of them, storing its output in the input's dtype and
+/// computing in `f32` inside (half values are widened on load; sums and statistics
+/// accumulate in `f32` or wider). `I64` holds indices (token ids).
+///
+/// `F16` overflows past 65504: an op whose result exceeds that stores `inf` (as PyTorch
+/// does), so inputs of extreme magnitude should run in `BF16` or `F32`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
@@ -18,6 +23,11 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::I64 => 8,
         }
+    }
+
+    /// Whether this is a floating-point (compute) type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 }
 

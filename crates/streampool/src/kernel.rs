@@ -1,12 +1,17 @@
 //! Backend-neutral descriptions of the operations a backend must run.
 //!
 //! The tensor layer checks shapes, dtypes and devices, allocates outputs and then describes
-//! the work as one of these values. Compute is in `f32` (indices are `i64`). All sizes and
-//! strides are in elements; every output is contiguous and row-major.
+//! the work as one of these values. Floating-point kernels carry the [`DType`] of their
+//! tensors (`F32`, `F16` or `BF16`; inputs and output share it unless a variant says
+//! otherwise) and compute in `f32` whatever the storage type: half values are widened on load
+//! and rounded once on store, and sums, softmax and LayerNorm statistics accumulate in `f32`
+//! or wider. Indices are `i64`. All sizes and strides are in elements; every output is
+//! contiguous and row-major.
 
 use crate::device_ptr::DevicePtr;
+use crate::DType;
 
-/// A strided view of an `f32` (or, for `Copy`, any-width) input: element `idx` (a multi-index
+/// A strided view of an input of the kernel's dtype (for `Copy`, of any width): element `idx` (a multi-index
 /// over the kernel's shape) lives at `ptr + sum(idx[d] * strides[d]) * elem_size`. A broadcast
 /// dimension has stride 0.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,7 +21,7 @@ pub struct Strided {
 }
 
 /// One matmul operand of shape `[batch, rows, cols]`: element `(b, r, c)` is at
-/// `ptr + (b * batch_stride + r * rs + c * cs) * 4`. Either `rs` or `cs` is 1 (backends
+/// `ptr + (b * batch_stride + r * rs + c * cs) * dtype.size()`. Either `rs` or `cs` is 1 (backends
 /// such as cuBLAS need one unit stride); `batch_stride` may be 0 (broadcast).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MatOperand {
@@ -24,6 +29,19 @@ pub struct MatOperand {
     pub batch_stride: usize,
     pub rs: usize,
     pub cs: usize,
+}
+
+/// How an `F32` matmul may use the tensor cores. Half-precision matmuls always do (with
+/// `f32` accumulation); this only matters for `F32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatmulMath {
+    /// Full `f32` products (CUDA cores on CUDA; matches the CPU backend to ~1e-6).
+    #[default]
+    Exact,
+    /// Inputs rounded to TF32 (10-bit mantissa) on the tensor cores, `f32` accumulation:
+    /// several times faster on Ampere and later, ~1e-3 relative error. The CPU backend
+    /// computes it exactly.
+    Tf32,
 }
 
 /// Element-wise functions of one argument.
@@ -74,11 +92,20 @@ pub enum Activation {
 /// One unit of device work.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
-    /// `out[i] = value` for `len` f32 elements.
+    /// `out[i] = value` (rounded to `dtype`) for `len` elements.
     Fill {
         out: DevicePtr,
         len: usize,
         value: f32,
+        dtype: DType,
+    },
+    /// `out[i] = x[i]` converted from `from` to `to` (both floating point), `len` elements.
+    Cast {
+        x: DevicePtr,
+        out: DevicePtr,
+        len: usize,
+        from: DType,
+        to: DType,
     },
     /// Gathers a strided view of `shape` into contiguous `out`; `elem_size` bytes per element.
     Copy {
@@ -96,6 +123,8 @@ pub enum Kernel {
         m: usize,
         n: usize,
         k: usize,
+        dtype: DType,
+        math: MatmulMath,
     },
     /// `out[i] = op(x[i])` over `len` contiguous elements.
     Unary {
@@ -103,6 +132,7 @@ pub enum Kernel {
         x: DevicePtr,
         out: DevicePtr,
         len: usize,
+        dtype: DType,
     },
     /// `out[idx] = op(a[idx], b[idx])` over `shape`, with broadcasting through zero strides.
     Binary {
@@ -111,6 +141,7 @@ pub enum Kernel {
         b: Strided,
         shape: Vec<usize>,
         out: DevicePtr,
+        dtype: DType,
     },
     /// Softmax over the last axis of a contiguous `[rows, cols]`.
     Softmax {
@@ -118,6 +149,7 @@ pub enum Kernel {
         out: DevicePtr,
         rows: usize,
         cols: usize,
+        dtype: DType,
     },
     /// `out = layer_norm(x + residual) * gamma + beta` over the last axis of `[rows, cols]`;
     /// `residual` is optional (the fused residual + LayerNorm of post-norm transformers).
@@ -130,6 +162,7 @@ pub enum Kernel {
         rows: usize,
         cols: usize,
         eps: f32,
+        dtype: DType,
     },
     /// `out = act(x + bias)` with `x: [rows, cols]` and `bias: [cols]` (fused bias + activation).
     BiasAct {
@@ -139,6 +172,7 @@ pub enum Kernel {
         rows: usize,
         cols: usize,
         act: Activation,
+        dtype: DType,
     },
     /// `out[i, :] = table[ids[i], :]`; `ids` are `i64`; ids outside `0..table_rows` give zero rows.
     IndexSelect {
@@ -148,6 +182,7 @@ pub enum Kernel {
         n_ids: usize,
         row_len: usize,
         table_rows: usize,
+        dtype: DType,
     },
     /// Keeps the stream busy for `nanos` nanoseconds (tests use it to make a stream slow on
     /// purpose, to prove cross-stream ordering).
@@ -160,5 +195,36 @@ pub enum Kernel {
         outer: usize,
         axis: usize,
         inner: usize,
+        dtype: DType,
+    },
+    /// Fused multi-head self-attention over the output of a fused QKV projection:
+    /// `qkv: [batch, seq, 3, heads, head_dim]` (queries already scaled by `1/sqrt(head_dim)`),
+    /// `out[b, i, h, :] = softmax_j(q_bih . k_bjh, keys with mask[b, j] == 0 excluded) @ v_bjh`
+    /// written as `[batch, seq, heads * head_dim]`. `mask` is `F32` `[batch, seq]` of 1 (attend)
+    /// and 0 (padding); a row whose keys are all padding attends uniformly (as Hugging Face's
+    /// additive `f32::MIN` mask does). Softmax statistics are `f32`; no `[seq, seq]` score
+    /// matrix is stored.
+    Attention {
+        qkv: DevicePtr,
+        mask: Option<DevicePtr>,
+        out: DevicePtr,
+        batch: usize,
+        seq: usize,
+        heads: usize,
+        head_dim: usize,
+        dtype: DType,
+    },
+    /// Sentence pooling: `out[b, :] = normalize(sum_s mask[b, s] * x[b, s, :] / max(sum_s
+    /// mask[b, s], 1e-9))`, L2 norm floored at 1e-12 (sentence-transformers' mean pooling
+    /// and `normalize`). `x: [batch, seq, dim]` of `dtype`, `mask: [batch, seq]` `F32`;
+    /// `out: [batch, dim]` is always `F32`.
+    MeanPoolNorm {
+        x: DevicePtr,
+        mask: DevicePtr,
+        out: DevicePtr,
+        batch: usize,
+        seq: usize,
+        dim: usize,
+        dtype: DType,
     },
 }

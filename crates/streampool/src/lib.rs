@@ -66,7 +66,7 @@ pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use event::Event;
-pub use kernel::Activation;
+pub use kernel::{Activation, MatmulMath};
 pub use kernel_cache::KernelCache;
 pub use stream::Stream;
 pub use stream_pool::StreamGuard;

@@ -329,6 +329,24 @@ fn a_request_over_the_whole_limit_fails_at_once() {
 /// Two threads at the limit both need a block that a slow stream still reads to be
 /// released. Whichever waits for it, the other must still see it (and the room it
 /// leaves): both requests fit once the read is done, so neither may fail.
+/// With no limit set, a request the backend itself refuses (here: 4 TiB) must fail with
+/// `OutOfMemory` at once. The at-limit path once took its own refused reservation for room
+/// made by another thread and retried for ever.
+#[test]
+fn a_request_the_backend_refuses_fails_instead_of_retrying() {
+    let dev = device(None);
+    let err = Tensor::zeros(&[1usize << 40], &dev).unwrap_err();
+    assert!(
+        matches!(err, Error::OutOfMemory { .. }),
+        "expected out of memory, got {err:?}"
+    );
+    // The device still works, and nothing stays counted for the refused request.
+    let x = Tensor::from_vec(ints(64, 3), &[64], &dev).unwrap();
+    assert_eq!(x.to_vec::<f32>().unwrap(), ints(64, 3));
+    drop(x);
+    assert_eq!(dev.allocator_stats().allocated, 0);
+}
+
 #[test]
 fn concurrent_requests_at_the_limit_both_succeed_once_the_cache_is_idle() {
     const KIB: usize = 1024;

@@ -781,3 +781,131 @@ fn vendor_calls_from_many_threads_at_once() {
     }
     g.synchronize().unwrap();
 }
+
+/// Every op the models use, in F16 and BF16 (and TF32 for the matmul), on the GPU against the
+/// CPU backend (itself checked against float64 in `tests/dtypes.rs`) on identical rounded
+/// inputs: norm-relative error at most 2e-3 (F16) and 2e-2 (BF16), i.e. both within the
+/// storage rounding of the float64 reference.
+#[test]
+fn half_ops_match_the_cpu_backend() {
+    use streampool::{DType, MatmulMath};
+    let Some(g) = gpu() else { return };
+    let cpu = Device::cpu();
+    let norm_err = |a: &[f32], b: &[f32]| {
+        assert!(a.iter().all(|x| x.is_finite()), "non-finite output");
+        let e: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+        let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+        (e / n.max(1e-30)).sqrt()
+    };
+    type Op = Box<dyn Fn(&[Tensor]) -> streampool::Result<Tensor>>;
+    let (b, s, nh, d) = (3, 77, 12, 32);
+    let h = nh * d;
+    let shapes: Vec<(&str, Vec<Vec<usize>>, Op)> = vec![
+        (
+            "matmul",
+            vec![vec![b * s, h], vec![h, 4 * h]],
+            Box::new(|t| t[0].matmul(&t[1])),
+        ),
+        (
+            "matmul tf32",
+            vec![vec![b * s, h], vec![h, 4 * h]],
+            Box::new(|t| t[0].matmul_with(&t[1], MatmulMath::Tf32)),
+        ),
+        (
+            "batched matmul t",
+            vec![vec![b, s, d], vec![b, s, d]],
+            Box::new(|t| t[0].matmul(&t[1].t()?)),
+        ),
+        (
+            "bias gelu",
+            vec![vec![b * s, h], vec![h]],
+            Box::new(|t| t[0].bias_act(&t[1], Activation::Gelu)),
+        ),
+        (
+            "add broadcast",
+            vec![vec![b, s, h], vec![s, h]],
+            Box::new(|t| t[0].add(&t[1])),
+        ),
+        (
+            "add_layer_norm",
+            vec![vec![b * s, h], vec![b * s, h], vec![h], vec![h]],
+            Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-12)),
+        ),
+        (
+            "softmax",
+            vec![vec![b * s, s]],
+            Box::new(|t| t[0].softmax()),
+        ),
+        ("sum", vec![vec![b, s, h]], Box::new(|t| t[0].sum(1, false))),
+        (
+            "max",
+            vec![vec![b * s, h]],
+            Box::new(|t| t[0].max(1, false)),
+        ),
+        (
+            "attention",
+            vec![vec![b, s, 3 * h]],
+            Box::new(move |t| {
+                let mask: Vec<f32> = (0..b * s)
+                    .map(|i| (i % s < s - 20 * (i / s)) as u8 as f32)
+                    .collect();
+                t[0].attention(Some(&Tensor::from_vec(mask, &[b, s], t[0].device())?), nh)
+            }),
+        ),
+        (
+            "attention d=64 no mask",
+            vec![vec![2, 300, 3 * 128]],
+            Box::new(|t| t[0].attention(None, 2)),
+        ),
+        (
+            "attention d=20",
+            vec![vec![2, 33, 3 * 40]],
+            Box::new(|t| t[0].attention(None, 2)),
+        ),
+        (
+            "mean_pool_normalize",
+            vec![vec![b, s, h]],
+            Box::new(move |t| {
+                let mask: Vec<f32> = (0..b * s)
+                    .map(|i| (i % s < 5 + 30 * (i / s)) as u8 as f32)
+                    .collect();
+                t[0].mean_pool_normalize(&Tensor::from_vec(mask, &[b, s], t[0].device())?)
+            }),
+        ),
+    ];
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        let tol = match dt {
+            DType::F16 => 2e-3,
+            DType::BF16 => 2e-2,
+            _ => 1e-4,
+        };
+        for (i, (name, ins, op)) in shapes.iter().enumerate() {
+            let tol = if *name == "matmul tf32" && dt == DType::F32 {
+                2e-3
+            } else {
+                tol
+            };
+            let make = |dev: &Device| -> Vec<Tensor> {
+                ins.iter()
+                    .enumerate()
+                    .map(|(j, sh)| {
+                        Tensor::randn(sh, (i * 10 + j) as u64, dev)
+                            .unwrap()
+                            .to_dtype(dt)
+                            .unwrap()
+                    })
+                    .collect()
+            };
+            let got = op(&make(&g)).unwrap_or_else(|e| panic!("{name} {dt:?} on gpu: {e}"));
+            let want = op(&make(&cpu)).unwrap();
+            assert_eq!(got.dims(), want.dims(), "{name} {dt:?}");
+            let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            let err = norm_err(&f(&got), &f(&want));
+            println!("{name:24} {dt:?}: rel err {err:.2e}");
+            assert!(
+                err <= tol,
+                "{name} {dt:?}: rel err {err:.2e} over {tol:.0e}"
+            );
+        }
+    }
+}

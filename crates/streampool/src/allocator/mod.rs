@@ -272,6 +272,10 @@ impl CachingAllocator {
         };
         let mut first = true;
         loop {
+            // This pass's own failed reservations also count as "room made" (for others);
+            // step 5 must not mistake them for room made by someone else, or a request the
+            // backend refuses would retry for ever.
+            let mut own = 0u64;
             // Step 5 compares against this: room made after it is seen by this pass.
             let room_seen;
             {
@@ -301,16 +305,16 @@ impl CachingAllocator {
                     return Ok(block(ptr));
                 }
             }
-            if let Some(ptr) = self.reserve(size)? {
+            if let Some(ptr) = self.reserve(size, &mut own)? {
                 return Ok(block(ptr));
             }
-            if let Some(ptr) = self.at_limit(size, s, stream)? {
+            if let Some(ptr) = self.at_limit(size, s, stream, &mut own)? {
                 return Ok(block(ptr));
             }
             // Step 5: fail only if nothing can make room any more.
             let mut st = self.state.lock();
             loop {
-                if st.room_made != room_seen {
+                if st.room_made != room_seen + own {
                     break; // a release was accounted since this pass began: try again
                 }
                 if st.in_flight == 0 {
@@ -330,10 +334,11 @@ impl CachingAllocator {
         size: usize,
         s: usize,
         stream: &dyn BackendStream,
+        own: &mut u64,
     ) -> Result<Option<DevicePtr>> {
         // Release what is idle, then try again.
         self.release(|st| st.drain_completed());
-        if let Some(ptr) = self.reserve(size)? {
+        if let Some(ptr) = self.reserve(size, own)? {
             return Ok(Some(ptr));
         }
         // Reuse a same-size block still in use elsewhere, ordered by a device-side wait.
@@ -414,7 +419,7 @@ impl CachingAllocator {
             }
         });
         waited?;
-        self.reserve(size)
+        self.reserve(size, own)
     }
 
     /// Ends an operation counted in `in_flight` and wakes requesters waiting for it.
@@ -434,7 +439,9 @@ impl CachingAllocator {
     }
 
     /// Reserves a new block from the backend if the limit allows; `Ok(None)` at the limit.
-    fn reserve(&self, size: usize) -> Result<Option<DevicePtr>> {
+    /// A backend refusal un-counts the reservation and counts as room made for others; it is
+    /// also added to `own`, so the caller does not take its own refusal for someone's release.
+    fn reserve(&self, size: usize, own: &mut u64) -> Result<Option<DevicePtr>> {
         {
             let mut st = self.state.lock();
             if self.limit.is_some_and(|l| st.stats.reserved + size > l) {
@@ -454,6 +461,7 @@ impl CachingAllocator {
                 st.stats.backend_allocs -= 1;
                 // Room appeared: a requester that found none meanwhile tries again.
                 st.room_made += 1;
+                *own += 1;
                 self.settled.notify_all();
                 drop(st);
                 // The backend itself is out of memory: treat it like reaching the limit.

@@ -1,6 +1,7 @@
 //! The CPU backend's kernels: plain loops over slices, and `matrixmultiply` for matmul.
 //!
-//! Each stream's worker runs its kernels single-threaded: streams are the parallelism.
+//! Each stream's worker runs its kernels single-threaded: streams are the parallelism. Half
+//! kernels run as their `f32` versions on widened copies ([`super::half`]).
 
 use crate::backend::DevicePtr;
 use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, Strided, UnaryOp};
@@ -24,8 +25,14 @@ unsafe fn dst<'a>(ptr: DevicePtr, len: usize) -> &'a mut [f32] {
 /// inputs, and no other thread writes those bytes while this runs (the allocator's event
 /// gating and the tensor layer's cross-stream waits guarantee it).
 pub(crate) unsafe fn run(kernel: &Kernel) {
+    if super::half::run_if_half(kernel) {
+        return;
+    }
     match kernel {
-        Kernel::Fill { out, len, value } => dst(*out, *len).fill(*value),
+        Kernel::Cast { .. } => unreachable!("conversions run in run_if_half"),
+        Kernel::Fill {
+            out, len, value, ..
+        } => dst(*out, *len).fill(*value),
         Kernel::Sleep { nanos } => std::thread::sleep(std::time::Duration::from_nanos(*nanos)),
         Kernel::Copy {
             src: s,
@@ -41,6 +48,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             m,
             n,
             k,
+            ..
         } => {
             for bi in 0..*batch {
                 let pa = (a.ptr.0 as *const f32).add(bi * a.batch_stride);
@@ -64,7 +72,9 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
                 );
             }
         }
-        Kernel::Unary { op, x, out, len } => {
+        Kernel::Unary {
+            op, x, out, len, ..
+        } => {
             let (x, y) = (src(*x, *len), dst(*out, *len));
             match *op {
                 UnaryOp::Relu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.max(0.0)),
@@ -86,11 +96,14 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             b,
             shape,
             out,
+            ..
         } => binary(*op, a, b, shape, *out),
         // Zero-width rows have nothing to compute (and `chunks_exact(0)` panics).
         Kernel::Softmax { cols: 0, .. } | Kernel::BiasAct { cols: 0, .. } => {}
         Kernel::IndexSelect { row_len: 0, .. } => {}
-        Kernel::Softmax { x, out, rows, cols } => {
+        Kernel::Softmax {
+            x, out, rows, cols, ..
+        } => {
             let (x, y) = (src(*x, rows * cols), dst(*out, rows * cols));
             for (xr, yr) in x.chunks_exact(*cols).zip(y.chunks_exact_mut(*cols)) {
                 let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -113,6 +126,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             rows,
             cols,
             eps,
+            ..
         } => {
             let (n, c) = (rows * cols, *cols);
             let (x, y) = (src(*x, n), dst(*out, n));
@@ -142,6 +156,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             rows,
             cols,
             act,
+            ..
         } => {
             let (x, y, b) = (
                 src(*x, rows * cols),
@@ -166,6 +181,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             n_ids,
             row_len,
             table_rows,
+            ..
         } => {
             let ids = std::slice::from_raw_parts(ids.0 as *const i64, *n_ids);
             let table = src(*table, table_rows * row_len);
@@ -187,6 +203,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             outer,
             axis,
             inner,
+            ..
         } => {
             if outer * inner == 0 {
                 // An empty output; the input's `outer * axis * inner` need not even fit a usize.
@@ -206,6 +223,116 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
                     };
                 }
             }
+        }
+        Kernel::Attention {
+            qkv,
+            mask,
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            ..
+        } => attention(*qkv, *mask, *out, *batch, *seq, *heads, *head_dim),
+        Kernel::MeanPoolNorm {
+            x,
+            mask,
+            out,
+            batch,
+            seq,
+            dim,
+            ..
+        } => mean_pool_norm(*x, *mask, *out, *batch, *seq, *dim),
+    }
+}
+
+/// `Kernel::Attention` in `f32`, one query at a time (the reference for the CUDA kernel).
+unsafe fn attention(
+    qkv: DevicePtr,
+    mask: Option<DevicePtr>,
+    out: DevicePtr,
+    batch: usize,
+    seq: usize,
+    heads: usize,
+    d: usize,
+) {
+    let hidden = heads * d;
+    let width = 3 * hidden;
+    let x = src(qkv, batch * seq * width);
+    let y = dst(out, batch * seq * hidden);
+    let mask = mask.map(|m| src(m, batch * seq));
+    let mut p = vec![0.0f32; seq];
+    for b in 0..batch {
+        let tok = |j: usize| &x[(b * seq + j) * width..(b * seq + j + 1) * width];
+        for h in 0..heads {
+            for i in 0..seq {
+                let q = &tok(i)[h * d..(h + 1) * d];
+                let mut max = f32::NEG_INFINITY;
+                for (j, pj) in p.iter_mut().enumerate() {
+                    let k = &tok(j)[hidden + h * d..hidden + (h + 1) * d];
+                    // A padded key scores f32::MIN: exp underflows to 0 unless every key is
+                    // padding, and then the row is uniform (Hugging Face's additive mask).
+                    *pj = match mask {
+                        Some(m) if m[b * seq + j] == 0.0 => f32::MIN,
+                        _ => q.iter().zip(k).map(|(a, b)| a * b).sum(),
+                    };
+                    max = max.max(*pj);
+                }
+                let mut sum = 0.0f64;
+                for pj in p.iter_mut() {
+                    *pj = (*pj - max).exp();
+                    sum += *pj as f64;
+                }
+                let inv = (1.0 / sum) as f32;
+                let yr = &mut y[(b * seq + i) * hidden + h * d..][..d];
+                yr.fill(0.0);
+                for (j, &pj) in p.iter().enumerate() {
+                    let v = &tok(j)[2 * hidden + h * d..2 * hidden + (h + 1) * d];
+                    yr.iter_mut().zip(v).for_each(|(o, &v)| *o += pj * v);
+                }
+                yr.iter_mut().for_each(|o| *o *= inv);
+            }
+        }
+    }
+}
+
+/// `Kernel::MeanPoolNorm` in `f32`, sums in `f64`.
+unsafe fn mean_pool_norm(
+    x: DevicePtr,
+    mask: DevicePtr,
+    out: DevicePtr,
+    batch: usize,
+    seq: usize,
+    dim: usize,
+) {
+    let (x, m, y) = (
+        src(x, batch * seq * dim),
+        src(mask, batch * seq),
+        dst(out, batch * dim),
+    );
+    let mut acc = vec![0.0f64; dim];
+    for b in 0..batch {
+        acc.fill(0.0);
+        let mut count = 0.0f64;
+        for s in 0..seq {
+            let w = m[b * seq + s] as f64;
+            count += w;
+            if w != 0.0 {
+                let row = &x[(b * seq + s) * dim..][..dim];
+                acc.iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &v)| *a += w * v as f64);
+            }
+        }
+        let count = count.max(1e-9);
+        let norm = acc
+            .iter()
+            .map(|a| (a / count).powi(2))
+            .sum::<f64>()
+            .sqrt()
+            .max(1e-12);
+        for (o, a) in y[b * dim..][..dim].iter_mut().zip(&acc) {
+            *o = (a / count / norm) as f32;
         }
     }
 }

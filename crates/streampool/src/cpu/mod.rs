@@ -7,6 +7,7 @@
 //! | memory    | 64-byte-aligned heap blocks                                    |
 //! | kernels   | loops over slices, `matrixmultiply` for matmul ([`kernels`])   |
 
+mod half;
 pub(crate) mod kernels;
 pub(crate) mod progress;
 pub(crate) mod stream;

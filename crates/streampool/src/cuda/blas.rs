@@ -8,17 +8,25 @@
 //! around it makes sure two threads sharing the stream (more threads than streams) never use
 //! the handle at the same moment. The lock is held only while the gemm is *queued*.
 //!
-//! TF32 is off: `CUBLAS_DEFAULT_MATH` keeps fp32 gemms in full fp32 (TF32 tensor cores are
-//! only used under `CUBLAS_TF32_TENSOR_OP_MATH`), so results match the CPU backend to 1e-4.
+//! Math modes: an `F32` gemm with [`MatmulMath::Exact`] is `cublasSgemmStridedBatched` under
+//! `CUBLAS_DEFAULT_MATH` (full fp32, matching the CPU backend to 1e-5); with
+//! [`MatmulMath::Tf32`] it is `cublasGemmStridedBatchedEx` with
+//! `CUBLAS_COMPUTE_32F_FAST_TF32` (tensor cores, inputs rounded to TF32). `F16`/`BF16` gemms
+//! are `cublasGemmStridedBatchedEx` with half inputs and output and `CUBLAS_COMPUTE_32F`
+//! (tensor cores, fp32 accumulation), as PyTorch's default for half matmuls.
 
+use std::ffi::c_void;
 use std::os::raw::{c_int, c_longlong};
 
 use cudarc::cublas::result as blas;
-use cudarc::cublas::sys::{self as bsys, cublasHandle_t, cublasMath_t, cublasOperation_t};
+use cudarc::cublas::sys::{
+    self as bsys, cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasMath_t,
+    cublasOperation_t, cudaDataType,
+};
 use cudarc::driver::{result, sys};
 
-use crate::kernel::MatOperand;
-use crate::{Error, Result};
+use crate::kernel::{MatOperand, MatmulMath};
+use crate::{DType, Error, Result};
 
 /// Workspace per handle. cuBLAS recommends up to 32 MiB on Hopper for large problems; the
 /// small gemms of inference need far less, and a pool of 32 streams must not hold 1 GiB.
@@ -78,18 +86,16 @@ impl Blas {
     /// the row-major `out`.
     ///
     /// # Safety
-    /// The operands' pointers are valid for the extents described; `out` holds
-    /// `batch * m * n` f32.
-    #[allow(clippy::too_many_arguments)]
+    /// The operands' pointers are valid for the extents described, in `dtype`; `out` holds
+    /// `batch * m * n` elements of `dtype`.
     pub(crate) unsafe fn matmul(
         &self,
         a: &MatOperand,
         b: &MatOperand,
         out: u64,
-        batch: usize,
-        m: usize,
-        n: usize,
-        k: usize,
+        (batch, m, n, k): (usize, usize, usize, usize),
+        dtype: DType,
+        math: MatmulMath,
     ) -> Result<()> {
         let int = |v: usize| {
             c_int::try_from(v).map_err(|_| {
@@ -99,6 +105,55 @@ impl Blas {
         let (op_b, ld_b) = transposed(b, k, n, &self.device)?;
         let (op_a, ld_a) = transposed(a, m, k, &self.device)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
+        let (data, compute) = match (dtype, math) {
+            (DType::F32, MatmulMath::Exact) => (None, cublasComputeType_t::CUBLAS_COMPUTE_32F),
+            (DType::F32, MatmulMath::Tf32) => (
+                Some(cudaDataType::CUDA_R_32F),
+                cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            ),
+            (DType::F16, _) => (
+                Some(cudaDataType::CUDA_R_16F),
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            (DType::BF16, _) => (
+                Some(cudaDataType::CUDA_R_16BF),
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            (DType::I64, _) => {
+                return Err(Error::InvalidArgument("matmul of I64 tensors".into()));
+            }
+        };
+        if let Some(t) = data {
+            // SAFETY: as below; with CUBLAS_COMPUTE_32F* the scalars are f32 host values.
+            return unsafe {
+                blas::gemm_strided_batched_ex(
+                    self.handle,
+                    op_b,
+                    op_a,
+                    int(n)?,
+                    int(m)?,
+                    int(k)?,
+                    (&alpha as *const f32).cast::<c_void>(),
+                    b.ptr.0 as *const c_void,
+                    t,
+                    int(ld_b)?,
+                    b.batch_stride as c_longlong,
+                    a.ptr.0 as *const c_void,
+                    t,
+                    int(ld_a)?,
+                    a.batch_stride as c_longlong,
+                    (&beta as *const f32).cast::<c_void>(),
+                    out as *mut c_void,
+                    t,
+                    int(n)?,
+                    (m * n) as c_longlong,
+                    int(batch)?,
+                    compute,
+                    cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+                )
+            }
+            .map_err(|e| blas_err(&self.device, "gemm_ex", e));
+        }
         // SAFETY: the caller guarantees the extents; alpha/beta are host scalars (the default
         // pointer mode) read during the call.
         unsafe {

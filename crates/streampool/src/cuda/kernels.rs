@@ -14,7 +14,7 @@ use super::blas::Blas;
 use super::driver_err;
 use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, Strided, UnaryOp};
 use crate::sync::{Arc, Mutex};
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 /// The CUDA C source of every kernel.
 pub(crate) const SOURCE: &str = include_str!("kernels.cu");
@@ -39,19 +39,53 @@ struct Dims {
 // SAFETY: plain `repr(C)` data of integers, laid out as `struct Dims` in `kernels.cu`.
 unsafe impl DeviceRepr for Dims {}
 
+/// One kernel in each floating-point storage type: `NAME_f32`, `NAME_f16`, `NAME_bf16`.
+pub(crate) struct PerDType([CudaFunction; 3]);
+
+impl PerDType {
+    fn get(&self, dtype: DType) -> Result<&CudaFunction> {
+        match dtype {
+            DType::F32 => Ok(&self.0[0]),
+            DType::F16 => Ok(&self.0[1]),
+            DType::BF16 => Ok(&self.0[2]),
+            DType::I64 => Err(Error::InvalidArgument(
+                "floating-point kernel launched on I64 data".into(),
+            )),
+        }
+    }
+}
+
+/// `sp_cast`'s dtype codes.
+fn dtype_code(dtype: DType) -> Result<i32> {
+    match dtype {
+        DType::F32 => Ok(0),
+        DType::F16 => Ok(1),
+        DType::BF16 => Ok(2),
+        DType::I64 => Err(Error::InvalidArgument("cast to or from I64".into())),
+    }
+}
+
+/// Head widths the fused attention kernel is compiled for (`SP_ATTN` in `kernels.cu`); a
+/// head is zero-padded to the next one. Queries per block of that kernel.
+const ATTENTION_HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
+const ATTENTION_QUERIES: u32 = 64;
+
 /// The loaded module and its functions.
 pub(crate) struct Module {
     _module: Arc<CudaModule>,
-    fill: CudaFunction,
+    fill: PerDType,
+    cast: CudaFunction,
     copy: [CudaFunction; 3],
-    unary: CudaFunction,
-    binary: CudaFunction,
-    softmax: CudaFunction,
-    layer_norm: CudaFunction,
-    bias_act: CudaFunction,
-    index_select: CudaFunction,
-    reduce: CudaFunction,
-    reduce_rows: CudaFunction,
+    unary: PerDType,
+    binary: PerDType,
+    softmax: PerDType,
+    layer_norm: PerDType,
+    bias_act: PerDType,
+    index_select: PerDType,
+    reduce: PerDType,
+    reduce_rows: PerDType,
+    attention: [PerDType; 4],
+    mean_pool_norm: PerDType,
     sleep: CudaFunction,
 }
 
@@ -85,17 +119,32 @@ impl Module {
                 .load_function(name)
                 .map_err(|e| driver_err(device, e))
         };
+        let f3 = |name: &str| -> Result<PerDType> {
+            Ok(PerDType([
+                f(&format!("{name}_f32"))?,
+                f(&format!("{name}_f16"))?,
+                f(&format!("{name}_bf16"))?,
+            ]))
+        };
         Ok(Module {
-            fill: f("sp_fill")?,
+            fill: f3("sp_fill")?,
+            cast: f("sp_cast")?,
             copy: [f("sp_copy16")?, f("sp_copy32")?, f("sp_copy64")?],
-            unary: f("sp_unary")?,
-            binary: f("sp_binary")?,
-            softmax: f("sp_softmax")?,
-            layer_norm: f("sp_layer_norm")?,
-            bias_act: f("sp_bias_act")?,
-            index_select: f("sp_index_select")?,
-            reduce: f("sp_reduce")?,
-            reduce_rows: f("sp_reduce_rows")?,
+            unary: f3("sp_unary")?,
+            binary: f3("sp_binary")?,
+            softmax: f3("sp_softmax")?,
+            layer_norm: f3("sp_layer_norm")?,
+            bias_act: f3("sp_bias_act")?,
+            index_select: f3("sp_index_select")?,
+            reduce: f3("sp_reduce")?,
+            reduce_rows: f3("sp_reduce_rows")?,
+            attention: [
+                f3("sp_attention16")?,
+                f3("sp_attention32")?,
+                f3("sp_attention64")?,
+                f3("sp_attention128")?,
+            ],
+            mean_pool_norm: f3("sp_mean_pool_norm")?,
             sleep: f("sp_sleep")?,
             _module: module,
         })
@@ -137,12 +186,24 @@ impl Launcher<'_> {
         threads: u32,
         args: &mut [*mut c_void],
     ) -> Result<()> {
+        self.go3(f, (blocks, 1, 1), threads, args)
+    }
+
+    /// [`Launcher::go`] with a 3-d grid.
+    ///
+    /// # Safety
+    /// As [`Launcher::go`].
+    unsafe fn go3(
+        &self,
+        f: &CudaFunction,
+        grid: (u32, u32, u32),
+        threads: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
         let func: CUfunction = f.cu_function();
         // SAFETY: per the caller; the stream is live and bound to this thread's context.
-        unsafe {
-            result::launch_kernel(func, (blocks, 1, 1), (threads, 1, 1), 0, self.stream, args)
-        }
-        .map_err(|e| driver_err(self.device, e))
+        unsafe { result::launch_kernel(func, grid, (threads, 1, 1), 0, self.stream, args) }
+            .map_err(|e| driver_err(self.device, e))
     }
 
     /// Queues `kernel`.
@@ -154,12 +215,36 @@ impl Launcher<'_> {
         // SAFETY (every `go` below): each argument list matches its kernel's parameter list in
         // `kernels.cu` (same order, same widths), and the pointers are valid per the caller.
         match kernel {
-            Kernel::Fill { out, len, value } => {
+            Kernel::Fill {
+                out,
+                len,
+                value,
+                dtype,
+            } => {
                 if len == 0 {
                     return Ok(());
                 }
                 let (o, n) = (out.0, len as u64);
-                self.go(&m.fill, grid(len), THREADS, &mut args![o, n, value])
+                self.go(
+                    m.fill.get(dtype)?,
+                    grid(len),
+                    THREADS,
+                    &mut args![o, n, value],
+                )
+            }
+            Kernel::Cast {
+                x,
+                out,
+                len,
+                from,
+                to,
+            } => {
+                if len == 0 {
+                    return Ok(());
+                }
+                let (cf, ct) = (dtype_code(from)?, dtype_code(to)?);
+                let (px, po, n) = (x.0, out.0, len as u64);
+                self.go(&m.cast, grid(len), THREADS, &mut args![cf, ct, px, po, n])
             }
             Kernel::Sleep { nanos } => self.go(&m.sleep, 1, 1, &mut args![nanos]),
             Kernel::Copy {
@@ -194,6 +279,8 @@ impl Launcher<'_> {
                 m: rows,
                 n,
                 k,
+                dtype,
+                math,
             } => {
                 if batch == 0 || rows == 0 || n == 0 {
                     return Ok(());
@@ -204,6 +291,7 @@ impl Launcher<'_> {
                         out,
                         len: batch * rows * n,
                         value: 0.0,
+                        dtype,
                     });
                 }
                 // Held only while the gemm is queued (never across a wait), so two threads
@@ -213,9 +301,15 @@ impl Launcher<'_> {
                     *guard = Some(Blas::new(self.stream, self.device)?);
                 }
                 let blas = guard.as_ref().expect("created above");
-                blas.matmul(&a, &b, out.0, batch, rows, n, k)
+                blas.matmul(&a, &b, out.0, (batch, rows, n, k), dtype, math)
             }
-            Kernel::Unary { op, x, out, len } => {
+            Kernel::Unary {
+                op,
+                x,
+                out,
+                len,
+                dtype,
+            } => {
                 if len == 0 {
                     return Ok(());
                 }
@@ -232,7 +326,7 @@ impl Launcher<'_> {
                 };
                 let (px, po, n) = (x.0, out.0, len as u64);
                 self.go(
-                    &m.unary,
+                    m.unary.get(dtype)?,
                     grid(len),
                     THREADS,
                     &mut args![code, px, po, n, mul, add],
@@ -244,6 +338,7 @@ impl Launcher<'_> {
                 b,
                 shape,
                 out,
+                dtype,
             } => {
                 let n: usize = shape.iter().product();
                 if n == 0 {
@@ -262,19 +357,25 @@ impl Launcher<'_> {
                 let contiguous: i32 = dense as i32;
                 let (pa, pb, po, n64) = (a.ptr.0, b.ptr.0, out.0, n as u64);
                 self.go(
-                    &m.binary,
+                    m.binary.get(dtype)?,
                     grid(n),
                     THREADS,
                     &mut args![code, pa, pb, po, n64, contiguous, d],
                 )
             }
-            Kernel::Softmax { x, out, rows, cols } => {
+            Kernel::Softmax {
+                x,
+                out,
+                rows,
+                cols,
+                dtype,
+            } => {
                 if rows == 0 || cols == 0 {
                     return Ok(());
                 }
                 let (px, po, r, c) = (x.0, out.0, rows as u64, cols as u64);
                 self.go(
-                    &m.softmax,
+                    m.softmax.get(dtype)?,
                     rows.min(MAX_BLOCKS) as u32,
                     row_threads(cols),
                     &mut args![px, po, r, c],
@@ -289,6 +390,7 @@ impl Launcher<'_> {
                 rows,
                 cols,
                 eps,
+                dtype,
             } => {
                 if rows == 0 || cols == 0 {
                     return Ok(());
@@ -297,7 +399,7 @@ impl Launcher<'_> {
                     (x.0, residual.map_or(0, |r| r.0), gamma.0, beta.0, out.0);
                 let (r, c) = (rows as u64, cols as u64);
                 self.go(
-                    &m.layer_norm,
+                    m.layer_norm.get(dtype)?,
                     rows.min(MAX_BLOCKS) as u32,
                     row_threads(cols),
                     &mut args![px, pr, pg, pb, po, r, c, eps],
@@ -310,6 +412,7 @@ impl Launcher<'_> {
                 rows,
                 cols,
                 act,
+                dtype,
             } => {
                 let n = rows * cols;
                 if n == 0 {
@@ -322,7 +425,7 @@ impl Launcher<'_> {
                 };
                 let (px, pb, po, r, c) = (x.0, bias.0, out.0, rows as u64, cols as u64);
                 self.go(
-                    &m.bias_act,
+                    m.bias_act.get(dtype)?,
                     grid(n),
                     THREADS,
                     &mut args![px, pb, po, r, c, code],
@@ -335,6 +438,7 @@ impl Launcher<'_> {
                 n_ids,
                 row_len,
                 table_rows,
+                dtype,
             } => {
                 let n = n_ids * row_len;
                 if n == 0 {
@@ -343,7 +447,7 @@ impl Launcher<'_> {
                 let (pt, pi, po) = (table.0, ids.0, out.0);
                 let (ni, rl, tr) = (n_ids as u64, row_len as u64, table_rows as u64);
                 self.go(
-                    &m.index_select,
+                    m.index_select.get(dtype)?,
                     grid(n),
                     THREADS,
                     &mut args![pt, pi, po, ni, rl, tr],
@@ -356,6 +460,7 @@ impl Launcher<'_> {
                 outer,
                 axis,
                 inner,
+                dtype,
             } => {
                 let n = outer * inner;
                 if n == 0 {
@@ -371,7 +476,7 @@ impl Launcher<'_> {
                     // Reducing the last axis: a block per row keeps the reads coalesced.
                     let (r, a) = (outer as u64, axis as u64);
                     self.go(
-                        &m.reduce_rows,
+                        m.reduce_rows.get(dtype)?,
                         outer.min(MAX_BLOCKS) as u32,
                         row_threads(axis),
                         &mut args![code, px, po, r, a],
@@ -379,12 +484,71 @@ impl Launcher<'_> {
                 } else {
                     let (o, a, i) = (outer as u64, axis as u64, inner as u64);
                     self.go(
-                        &m.reduce,
+                        m.reduce.get(dtype)?,
                         grid(n),
                         THREADS,
                         &mut args![code, px, po, o, a, i],
                     )
                 }
+            }
+            Kernel::Attention {
+                qkv,
+                mask,
+                out,
+                batch,
+                seq,
+                heads,
+                head_dim,
+                dtype,
+            } => {
+                if batch == 0 || seq == 0 || heads == 0 || head_dim == 0 {
+                    return Ok(());
+                }
+                let Some(slot) = ATTENTION_HEAD_DIMS.iter().position(|&w| head_dim <= w) else {
+                    return Err(Error::InvalidArgument(format!(
+                        "attention: head width {head_dim} above the CUDA kernel's {}",
+                        ATTENTION_HEAD_DIMS[3]
+                    )));
+                };
+                let too_big = |v: usize| {
+                    Error::InvalidArgument(format!("attention: {v} too large for the kernel"))
+                };
+                let dim32 = |v: usize| i32::try_from(v).map_err(|_| too_big(v));
+                let (s, h, d) = (dim32(seq)?, dim32(heads)?, dim32(head_dim)?);
+                let gy = u32::try_from(heads).ok().filter(|&g| g <= 65_535);
+                let gz = u32::try_from(batch).ok().filter(|&g| g <= 65_535);
+                let (Some(gy), Some(gz)) = (gy, gz) else {
+                    return Err(too_big(batch.max(heads)));
+                };
+                let gx = seq.div_ceil(ATTENTION_QUERIES as usize) as u32;
+                let (pq, pm, po) = (qkv.0, mask.map_or(0, |m| m.0), out.0);
+                self.go3(
+                    m.attention[slot].get(dtype)?,
+                    (gx, gy, gz),
+                    ATTENTION_QUERIES,
+                    &mut args![pq, pm, po, s, h, d],
+                )
+            }
+            Kernel::MeanPoolNorm {
+                x,
+                mask,
+                out,
+                batch,
+                seq,
+                dim,
+                dtype,
+            } => {
+                if batch == 0 || dim == 0 {
+                    return Ok(());
+                }
+                let (px, pm, po) = (x.0, mask.0, out.0);
+                let (b, s, d) = (batch as u64, seq as u64, dim as u64);
+                self.go(
+                    m.mean_pool_norm.get(dtype)?,
+                    batch.min(MAX_BLOCKS) as u32,
+                    row_threads(dim),
+                    &mut args![px, pm, po, b, s, d],
+                )
             }
         }
     }

@@ -4,6 +4,7 @@
 //! as soon as the work is queued; reading values back (`to_vec`) waits for it. Inputs
 //! written on other streams are waited for automatically (see [`crate::storage`]).
 
+mod fused;
 mod layout;
 mod ops;
 
@@ -173,6 +174,7 @@ impl Tensor {
                 out: o[0],
                 len,
                 value,
+                dtype: DType::F32,
             }
         })?;
         Ok(out.into_iter().next().expect("one output"))
@@ -263,6 +265,45 @@ impl Tensor {
             DType::BF16 => Tensor::from_vec(self.to_vec::<half::bf16>()?, self.dims(), device),
             DType::I64 => Tensor::from_vec(self.to_vec::<i64>()?, self.dims(), device),
         }
+    }
+
+    /// This tensor converted to floating-point `dtype` (a clone if it already has it). Values
+    /// round to nearest even; `F32` values beyond `F16`'s range become `inf`.
+    ///
+    /// ```
+    /// use streampool::{DType, Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 0.1], &[2], &Device::cpu()).unwrap();
+    /// let h = x.to_dtype(DType::F16).unwrap();
+    /// assert_eq!(h.dtype(), DType::F16);
+    /// let back = h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    /// assert_eq!(back, vec![1.0, half::f16::from_f32(0.1).to_f32()]);
+    /// ```
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        self.expect_float("to_dtype")?;
+        if !dtype.is_float() {
+            return Err(Error::DType {
+                op: "to_dtype",
+                expected: DType::F32,
+                got: dtype,
+            });
+        }
+        let x = self.contiguous()?;
+        let (ptr, len, from) = (x.ptr(), x.elem_count(), x.dtype());
+        let spec = OutSpec {
+            shape: x.dims().to_vec(),
+            dtype,
+        };
+        let out = launch(self.device(), &[&x], vec![spec], |o| Kernel::Cast {
+            x: ptr,
+            out: o[0],
+            len,
+            from,
+            to: dtype,
+        })?;
+        Ok(out.into_iter().next().expect("one output"))
     }
 
     /// The shape.

@@ -2,7 +2,9 @@
 //! then describes its work as one [`Kernel`] for the device's backend.
 
 use super::{launch, Layout, OutSpec, Tensor};
-use crate::kernel::{Activation, BinaryOp, Kernel, MatOperand, ReduceOp, Strided, UnaryOp};
+use crate::kernel::{
+    Activation, BinaryOp, Kernel, MatOperand, MatmulMath, ReduceOp, Strided, UnaryOp,
+};
 use crate::{DType, Error, Result};
 
 fn one(mut v: Vec<Tensor>) -> Tensor {
@@ -11,8 +13,9 @@ fn one(mut v: Vec<Tensor>) -> Tensor {
 }
 
 impl Tensor {
-    fn expect_f32(&self, op: &'static str) -> Result<()> {
-        if self.dtype() != DType::F32 {
+    /// Floating-point ops take `F32`, `F16` or `BF16` (and compute in `f32` inside).
+    pub(crate) fn expect_float(&self, op: &'static str) -> Result<()> {
+        if !self.dtype().is_float() {
             return Err(Error::DType {
                 op,
                 expected: DType::F32,
@@ -22,7 +25,28 @@ impl Tensor {
         Ok(())
     }
 
-    fn same_device(&self, other: &Tensor, op: &'static str) -> Result<()> {
+    /// `other` has this tensor's dtype (ops do not promote mixed inputs; convert first with
+    /// [`Tensor::to_dtype`]).
+    pub(crate) fn same_dtype(&self, other: &Tensor, op: &'static str) -> Result<()> {
+        if other.dtype() != self.dtype() {
+            return Err(Error::DType {
+                op,
+                expected: self.dtype(),
+                got: other.dtype(),
+            });
+        }
+        Ok(())
+    }
+
+    /// An output spec of this tensor's dtype.
+    pub(super) fn out_like(&self, shape: Vec<usize>) -> OutSpec {
+        OutSpec {
+            shape,
+            dtype: self.dtype(),
+        }
+    }
+
+    pub(super) fn same_device(&self, other: &Tensor, op: &'static str) -> Result<()> {
         if !self.device().same(other.device()) {
             return Err(Error::Device {
                 op,
@@ -130,11 +154,18 @@ impl Tensor {
     }
 
     /// Batched matrix product: `[..., m, k] @ [..., k, n]`. The right operand may also be a
-    /// plain `[k, n]` matrix shared by every batch.
+    /// plain `[k, n]` matrix shared by every batch. Half inputs give a half output, accumulated
+    /// in `f32`.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.matmul_with(rhs, MatmulMath::Exact)
+    }
+
+    /// [`Tensor::matmul`] with an explicit math mode for `F32` operands ([`MatmulMath::Tf32`]
+    /// opts into TF32 tensor cores on CUDA; ignored for half operands and on the CPU).
+    pub fn matmul_with(&self, rhs: &Tensor, math: MatmulMath) -> Result<Tensor> {
         const OP: &str = "matmul";
-        self.expect_f32(OP)?;
-        rhs.expect_f32(OP)?;
+        self.expect_float(OP)?;
+        self.same_dtype(rhs, OP)?;
         self.same_device(rhs, OP)?;
         if self.rank() < 2 || rhs.rank() < 2 {
             return Err(Error::shape(
@@ -180,11 +211,11 @@ impl Tensor {
         let b = mat_operand(rhs)?;
         let mut shape = batch_dims.to_vec();
         shape.extend([m, n]);
-        let (ao, bo) = (a.1, b.1);
+        let (ao, bo, dtype) = (a.1, b.1, self.dtype());
         Ok(one(launch(
             self.device(),
             &[&a.0, &b.0],
-            vec![OutSpec::f32(shape)],
+            vec![self.out_like(shape)],
             |o| Kernel::Matmul {
                 a: ao,
                 b: bo,
@@ -193,23 +224,25 @@ impl Tensor {
                 m,
                 n,
                 k,
+                dtype,
+                math,
             },
         )?))
     }
 
     fn binary(&self, rhs: &Tensor, op: BinaryOp, name: &'static str) -> Result<Tensor> {
-        self.expect_f32(name)?;
-        rhs.expect_f32(name)?;
+        self.expect_float(name)?;
+        self.same_dtype(rhs, name)?;
         self.same_device(rhs, name)?;
         let shape = super::broadcast_shapes(name, self.dims(), rhs.dims())?;
         let sa = self.layout().broadcast_strides(&shape)?;
         let sb = rhs.layout().broadcast_strides(&shape)?;
         let (pa, pb) = (self.ptr(), rhs.ptr());
-        let s2 = shape.clone();
+        let (s2, dtype) = (shape.clone(), self.dtype());
         Ok(one(launch(
             self.device(),
             &[self, rhs],
-            vec![OutSpec::f32(shape)],
+            vec![self.out_like(shape)],
             |o| Kernel::Binary {
                 op,
                 a: Strided {
@@ -222,6 +255,7 @@ impl Tensor {
                 },
                 shape: s2,
                 out: o[0],
+                dtype,
             },
         )?))
     }
@@ -248,18 +282,19 @@ impl Tensor {
     }
 
     fn unary(&self, op: UnaryOp, name: &'static str) -> Result<Tensor> {
-        self.expect_f32(name)?;
+        self.expect_float(name)?;
         let x = self.contiguous()?;
-        let (ptr, len) = (x.ptr(), x.elem_count());
+        let (ptr, len, dtype) = (x.ptr(), x.elem_count(), x.dtype());
         Ok(one(launch(
             self.device(),
             &[&x],
-            vec![OutSpec::f32(x.dims().to_vec())],
+            vec![x.out_like(x.dims().to_vec())],
             |o| Kernel::Unary {
                 op,
                 x: ptr,
                 out: o[0],
                 len,
+                dtype,
             },
         )?))
     }
@@ -307,23 +342,24 @@ impl Tensor {
 
     /// Softmax over the last axis.
     pub fn softmax(&self) -> Result<Tensor> {
-        self.expect_f32("softmax")?;
+        self.expect_float("softmax")?;
         let x = self.contiguous()?;
         let cols = *x
             .dims()
             .last()
             .ok_or_else(|| Error::shape("softmax", "scalar input"))?;
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
-        let ptr = x.ptr();
+        let (ptr, dtype) = (x.ptr(), x.dtype());
         Ok(one(launch(
             self.device(),
             &[&x],
-            vec![OutSpec::f32(x.dims().to_vec())],
+            vec![x.out_like(x.dims().to_vec())],
             |o| Kernel::Softmax {
                 x: ptr,
                 out: o[0],
                 rows,
                 cols,
+                dtype,
             },
         )?))
     }
@@ -364,8 +400,9 @@ impl Tensor {
     ) -> Result<Tensor> {
         let mut all = vec![self, gamma, beta];
         all.extend(res);
+        self.expect_float(op)?;
         for t in &all {
-            t.expect_f32(op)?;
+            self.same_dtype(t, op)?;
             self.same_device(t, op)?;
         }
         let cols = *self
@@ -394,10 +431,11 @@ impl Tensor {
         let (px, pr, pg, pb) = (x.ptr(), r.as_ref().map(|r| r.ptr()), g.ptr(), b.ptr());
         let mut inputs = vec![&x, &g, &b];
         inputs.extend(r.as_ref());
+        let dtype = x.dtype();
         Ok(one(launch(
             self.device(),
             &inputs,
-            vec![OutSpec::f32(x.dims().to_vec())],
+            vec![x.out_like(x.dims().to_vec())],
             |o| Kernel::LayerNorm {
                 x: px,
                 residual: pr,
@@ -407,6 +445,7 @@ impl Tensor {
                 rows,
                 cols,
                 eps,
+                dtype,
             },
         )?))
     }
@@ -414,8 +453,8 @@ impl Tensor {
     /// `act(self + bias)` with `bias` of shape `[last dim]`, in one kernel.
     pub fn bias_act(&self, bias: &Tensor, act: Activation) -> Result<Tensor> {
         const OP: &str = "bias_act";
-        self.expect_f32(OP)?;
-        bias.expect_f32(OP)?;
+        self.expect_float(OP)?;
+        self.same_dtype(bias, OP)?;
         self.same_device(bias, OP)?;
         let cols = *self
             .dims()
@@ -433,11 +472,11 @@ impl Tensor {
         }
         let (x, b) = (self.contiguous()?, bias.contiguous()?);
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
-        let (px, pb) = (x.ptr(), b.ptr());
+        let (px, pb, dtype) = (x.ptr(), b.ptr(), x.dtype());
         Ok(one(launch(
             self.device(),
             &[&x, &b],
-            vec![OutSpec::f32(x.dims().to_vec())],
+            vec![x.out_like(x.dims().to_vec())],
             |o| Kernel::BiasAct {
                 x: px,
                 bias: pb,
@@ -445,6 +484,7 @@ impl Tensor {
                 rows,
                 cols,
                 act,
+                dtype,
             },
         )?))
     }
@@ -454,7 +494,7 @@ impl Tensor {
     /// cannot report per-element errors cheaply; use [`Tensor::embedding`] to reject them).
     pub fn index_select(&self, ids: &Tensor) -> Result<Tensor> {
         const OP: &str = "index_select";
-        self.expect_f32(OP)?;
+        self.expect_float(OP)?;
         if ids.dtype() != DType::I64 {
             return Err(Error::DType {
                 op: OP,
@@ -474,11 +514,11 @@ impl Tensor {
         let n_ids = i.elem_count();
         let mut shape = i.dims().to_vec();
         shape.push(row_len);
-        let (pt, pi) = (t.ptr(), i.ptr());
+        let (pt, pi, dtype) = (t.ptr(), i.ptr(), t.dtype());
         Ok(one(launch(
             self.device(),
             &[&t, &i],
-            vec![OutSpec::f32(shape)],
+            vec![t.out_like(shape)],
             |o| Kernel::IndexSelect {
                 table: pt,
                 ids: pi,
@@ -486,6 +526,7 @@ impl Tensor {
                 n_ids,
                 row_len,
                 table_rows,
+                dtype,
             },
         )?))
     }
@@ -510,7 +551,7 @@ impl Tensor {
         op: ReduceOp,
         name: &'static str,
     ) -> Result<Tensor> {
-        self.expect_f32(name)?;
+        self.expect_float(name)?;
         self.check_axis(axis, name)?;
         let x = self.contiguous()?;
         let d = x.dims();
@@ -531,11 +572,11 @@ impl Tensor {
         } else {
             (d[..axis].iter().product(), d[axis + 1..].iter().product())
         };
-        let ptr = x.ptr();
+        let (ptr, dtype) = (x.ptr(), x.dtype());
         Ok(one(launch(
             self.device(),
             &[&x],
-            vec![OutSpec::f32(shape)],
+            vec![x.out_like(shape)],
             |o| Kernel::Reduce {
                 op,
                 x: ptr,
@@ -543,6 +584,7 @@ impl Tensor {
                 outer,
                 axis: len,
                 inner,
+                dtype,
             },
         )?))
     }

@@ -16,7 +16,7 @@ use super::Shared;
 use crate::backend::DevicePtr;
 use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
 use crate::sync::Arc;
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 /// Words of the parameter uniform (`array<vec4<u32>, 16>` in `prelude.wgsl`).
 const PARAM_WORDS: usize = 64;
@@ -262,13 +262,60 @@ fn binary_code(op: BinaryOp) -> u32 {
     }
 }
 
+/// The WGSL kernels are f32 only (half precision needs the adapter's `SHADER_F16` and is not
+/// written yet): any other dtype is a clear error rather than a wrong answer. A TF32 matmul
+/// request runs in full f32, which is at least as accurate.
+fn f32_only(kernel: &Kernel) -> Result<()> {
+    let dtype = match kernel {
+        Kernel::Fill { dtype, .. }
+        | Kernel::Unary { dtype, .. }
+        | Kernel::Binary { dtype, .. }
+        | Kernel::Matmul { dtype, .. }
+        | Kernel::Softmax { dtype, .. }
+        | Kernel::LayerNorm { dtype, .. }
+        | Kernel::BiasAct { dtype, .. }
+        | Kernel::IndexSelect { dtype, .. }
+        | Kernel::Reduce { dtype, .. } => *dtype,
+        _ => return Ok(()),
+    };
+    if dtype == DType::F32 {
+        Ok(())
+    } else {
+        Err(Error::Unavailable(format!(
+            "wgpu backend: {} in {dtype:?} (its kernels are f32 only; convert with to_dtype(F32))",
+            kernel_name(kernel)
+        )))
+    }
+}
+
+/// The variant's name, for error messages.
+fn kernel_name(kernel: &Kernel) -> &'static str {
+    match kernel {
+        Kernel::Fill { .. } => "fill",
+        Kernel::Copy { .. } => "copy",
+        Kernel::Cast { .. } => "cast",
+        Kernel::Matmul { .. } => "matmul",
+        Kernel::Unary { .. } => "unary",
+        Kernel::Binary { .. } => "binary",
+        Kernel::Softmax { .. } => "softmax",
+        Kernel::LayerNorm { .. } => "layer_norm",
+        Kernel::BiasAct { .. } => "bias_act",
+        Kernel::IndexSelect { .. } => "index_select",
+        Kernel::Sleep { .. } => "sleep",
+        Kernel::Reduce { .. } => "reduce",
+        Kernel::Attention { .. } => "attention",
+        Kernel::MeanPoolNorm { .. } => "mean_pool_normalize",
+    }
+}
+
 /// Resolves `kernel`'s buffers and parameters into a [`Launch`]; `None` when there is
 /// nothing to compute. `Kernel::Sleep` is the stream's business and never comes here.
 pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result<Option<Launch>> {
     const F32: u64 = 4;
+    f32_only(kernel)?;
     let mut b = Binder::new(shared);
     match kernel {
-        Kernel::Fill { out, len, value } => {
+        Kernel::Fill { out, len, value, .. } => {
             if *len == 0 {
                 return Ok(None);
             }
@@ -316,7 +363,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(threads)?,
             )?;
         }
-        Kernel::Unary { op, x, out, len } => {
+        Kernel::Unary { op, x, out, len, .. } => {
             if *len == 0 {
                 return Ok(None);
             }
@@ -344,6 +391,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             b: rhs,
             shape,
             out,
+            ..
         } => {
             let n: usize = shape.iter().product();
             if n == 0 {
@@ -378,6 +426,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             m,
             n,
             k: kk,
+            ..
         } => {
             if batch * m * n == 0 {
                 return Ok(None);
@@ -420,7 +469,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 )?;
             }
         }
-        Kernel::Softmax { x, out, rows, cols } => {
+        Kernel::Softmax { x, out, rows, cols, .. } => {
             if rows * cols == 0 {
                 return Ok(None);
             }
@@ -443,6 +492,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             rows,
             cols,
             eps,
+            ..
         } => {
             if rows * cols == 0 {
                 return Ok(None);
@@ -480,6 +530,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             rows,
             cols,
             act,
+            ..
         } => {
             let n = rows * cols;
             if n == 0 {
@@ -508,6 +559,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             n_ids,
             row_len,
             table_rows,
+            ..
         } => {
             let n = n_ids * row_len;
             if n == 0 {
@@ -539,6 +591,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             outer,
             axis,
             inner,
+            ..
         } => {
             let outputs = outer * inner;
             if outputs == 0 {
@@ -570,6 +623,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             return Err(Error::InvalidArgument(
                 "wgpu: Sleep is handled by the stream, not launched".into(),
             ))
+        }
+        Kernel::Cast { .. } | Kernel::Attention { .. } | Kernel::MeanPoolNorm { .. } => {
+            return Err(Error::Unavailable(format!(
+                "wgpu backend: {} has no WGSL kernel yet",
+                kernel_name(kernel)
+            )))
         }
     }
     Ok(b.finish())

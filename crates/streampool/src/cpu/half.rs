@@ -1,0 +1,341 @@
+//! Half-precision kernels on the CPU: every `F16`/`BF16` kernel runs as its `F32` version on
+//! widened copies of its inputs, and its output is rounded once to the half type. That is
+//! the same contract as the CUDA kernels (load as `f32`, compute in `f32`, round on store),
+//! so every dtype is tested in CI, where there is no GPU.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use crate::backend::DevicePtr;
+use crate::kernel::{Kernel, MatOperand};
+use crate::DType;
+
+/// Widened (`f32`) copies of a kernel's inputs and outputs; the heap buffers never move
+/// while the pointers handed out are in use (pushing a `Vec` moves only its header).
+#[derive(Default)]
+struct Widened {
+    bufs: Vec<Vec<f32>>,
+    /// (buffer index, the real output, its dtype).
+    outs: Vec<(usize, DevicePtr, DType)>,
+}
+
+impl Widened {
+    /// # Safety
+    /// `p` is valid for `len` reads of `dt`.
+    unsafe fn input(&mut self, p: DevicePtr, len: usize, dt: DType) -> DevicePtr {
+        self.bufs.push(load(p, len, dt));
+        DevicePtr(self.bufs[self.bufs.len() - 1].as_ptr() as u64)
+    }
+
+    fn output(&mut self, p: DevicePtr, len: usize, dt: DType) -> DevicePtr {
+        self.bufs.push(vec![0.0; len]);
+        let i = self.bufs.len() - 1;
+        self.outs.push((i, p, dt));
+        DevicePtr(self.bufs[i].as_mut_ptr() as u64)
+    }
+
+    /// # Safety
+    /// Every output pointer is valid for its buffer's length of writes of its dtype.
+    unsafe fn store(self) {
+        for (i, p, dt) in self.outs {
+            store(&self.bufs[i], p, dt);
+        }
+    }
+}
+
+/// # Safety
+/// `p` is valid for `len` reads of `dt` (a float type).
+unsafe fn load(p: DevicePtr, len: usize, dt: DType) -> Vec<f32> {
+    let mut v = vec![0.0f32; len];
+    if len == 0 {
+        return v;
+    }
+    match dt {
+        DType::F16 => {
+            std::slice::from_raw_parts(p.0 as *const f16, len).convert_to_f32_slice(&mut v)
+        }
+        DType::BF16 => {
+            std::slice::from_raw_parts(p.0 as *const bf16, len).convert_to_f32_slice(&mut v)
+        }
+        _ => v.copy_from_slice(std::slice::from_raw_parts(p.0 as *const f32, len)),
+    }
+    v
+}
+
+/// # Safety
+/// `p` is valid for `v.len()` writes of `dt` (a float type).
+unsafe fn store(v: &[f32], p: DevicePtr, dt: DType) {
+    if v.is_empty() {
+        return;
+    }
+    let n = v.len();
+    match dt {
+        DType::F16 => std::slice::from_raw_parts_mut(p.0 as *mut f16, n).convert_from_f32_slice(v),
+        DType::BF16 => {
+            std::slice::from_raw_parts_mut(p.0 as *mut bf16, n).convert_from_f32_slice(v)
+        }
+        _ => std::slice::from_raw_parts_mut(p.0 as *mut f32, n).copy_from_slice(v),
+    }
+}
+
+/// Elements a strided view of `shape` spans (0 if empty).
+fn strided_extent(shape: &[usize], strides: &[usize]) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    1 + shape
+        .iter()
+        .zip(strides)
+        .map(|(n, s)| (n - 1) * s)
+        .sum::<usize>()
+}
+
+/// Elements a `[batch, rows, cols]` matmul operand spans (0 if empty).
+fn mat_extent(x: &MatOperand, batch: usize, rows: usize, cols: usize) -> usize {
+    if batch == 0 || rows == 0 || cols == 0 {
+        return 0;
+    }
+    1 + (batch - 1) * x.batch_stride + (rows - 1) * x.rs + (cols - 1) * x.cs
+}
+
+/// Runs `kernel` if it is a conversion or works on half tensors, and says whether it did
+/// (the caller runs every other kernel as it is).
+///
+/// # Safety
+/// As [`super::kernels::run`].
+pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
+    use Kernel as K;
+    if let K::Cast {
+        x,
+        out,
+        len,
+        from,
+        to,
+    } = kernel
+    {
+        store(&load(*x, *len, *from), *out, *to);
+        return true;
+    }
+    let dt = match kernel {
+        K::Fill { dtype, .. }
+        | K::Matmul { dtype, .. }
+        | K::Unary { dtype, .. }
+        | K::Binary { dtype, .. }
+        | K::Softmax { dtype, .. }
+        | K::LayerNorm { dtype, .. }
+        | K::BiasAct { dtype, .. }
+        | K::IndexSelect { dtype, .. }
+        | K::Reduce { dtype, .. }
+        | K::Attention { dtype, .. }
+        | K::MeanPoolNorm { dtype, .. } => *dtype,
+        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return false,
+    };
+    if dt == DType::F32 {
+        return false;
+    }
+    let f = DType::F32;
+    let mut w = Widened::default();
+    let widened = match kernel.clone() {
+        K::Fill {
+            out, len, value, ..
+        } => K::Fill {
+            out: w.output(out, len, dt),
+            len,
+            value,
+            dtype: f,
+        },
+        K::Matmul {
+            a,
+            b,
+            out,
+            batch,
+            m,
+            n,
+            k,
+            math,
+            ..
+        } => K::Matmul {
+            a: MatOperand {
+                ptr: w.input(a.ptr, mat_extent(&a, batch, m, k), dt),
+                ..a
+            },
+            b: MatOperand {
+                ptr: w.input(b.ptr, mat_extent(&b, batch, k, n), dt),
+                ..b
+            },
+            out: w.output(out, batch * m * n, dt),
+            batch,
+            m,
+            n,
+            k,
+            dtype: f,
+            math,
+        },
+        K::Unary {
+            op, x, out, len, ..
+        } => K::Unary {
+            op,
+            x: w.input(x, len, dt),
+            out: w.output(out, len, dt),
+            len,
+            dtype: f,
+        },
+        K::Binary {
+            op,
+            mut a,
+            mut b,
+            shape,
+            out,
+            ..
+        } => {
+            a.ptr = w.input(a.ptr, strided_extent(&shape, &a.strides), dt);
+            b.ptr = w.input(b.ptr, strided_extent(&shape, &b.strides), dt);
+            let n = if shape.contains(&0) {
+                0
+            } else {
+                shape.iter().product()
+            };
+            K::Binary {
+                op,
+                a,
+                b,
+                out: w.output(out, n, dt),
+                shape,
+                dtype: f,
+            }
+        }
+        K::Softmax {
+            x, out, rows, cols, ..
+        } => K::Softmax {
+            x: w.input(x, rows * cols, dt),
+            out: w.output(out, rows * cols, dt),
+            rows,
+            cols,
+            dtype: f,
+        },
+        K::LayerNorm {
+            x,
+            residual,
+            gamma,
+            beta,
+            out,
+            rows,
+            cols,
+            eps,
+            ..
+        } => K::LayerNorm {
+            x: w.input(x, rows * cols, dt),
+            residual: residual.map(|r| w.input(r, rows * cols, dt)),
+            gamma: w.input(gamma, cols, dt),
+            beta: w.input(beta, cols, dt),
+            out: w.output(out, rows * cols, dt),
+            rows,
+            cols,
+            eps,
+            dtype: f,
+        },
+        K::BiasAct {
+            x,
+            bias,
+            out,
+            rows,
+            cols,
+            act,
+            ..
+        } => K::BiasAct {
+            x: w.input(x, rows * cols, dt),
+            bias: w.input(bias, cols, dt),
+            out: w.output(out, rows * cols, dt),
+            rows,
+            cols,
+            act,
+            dtype: f,
+        },
+        K::IndexSelect {
+            table,
+            ids,
+            out,
+            n_ids,
+            row_len,
+            table_rows,
+            ..
+        } => K::IndexSelect {
+            table: w.input(table, table_rows * row_len, dt),
+            ids,
+            out: w.output(out, n_ids * row_len, dt),
+            n_ids,
+            row_len,
+            table_rows,
+            dtype: f,
+        },
+        K::Reduce {
+            op,
+            x,
+            out,
+            outer,
+            axis,
+            inner,
+            ..
+        } => {
+            // An empty output reads nothing (and the input's size need not fit a usize).
+            let len = if outer * inner == 0 {
+                0
+            } else {
+                outer * axis * inner
+            };
+            K::Reduce {
+                op,
+                x: w.input(x, len, dt),
+                out: w.output(out, outer * inner, dt),
+                outer,
+                axis,
+                inner,
+                dtype: f,
+            }
+        }
+        K::Attention {
+            qkv,
+            mask,
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            ..
+        } => {
+            let tokens = batch * seq;
+            K::Attention {
+                qkv: w.input(qkv, tokens * 3 * heads * head_dim, dt),
+                mask,
+                out: w.output(out, tokens * heads * head_dim, dt),
+                batch,
+                seq,
+                heads,
+                head_dim,
+                dtype: f,
+            }
+        }
+        // The mask and the output are `F32` already.
+        K::MeanPoolNorm {
+            x,
+            mask,
+            out,
+            batch,
+            seq,
+            dim,
+            ..
+        } => K::MeanPoolNorm {
+            x: w.input(x, batch * seq * dim, dt),
+            mask,
+            out,
+            batch,
+            seq,
+            dim,
+            dtype: f,
+        },
+        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return false,
+    };
+    super::kernels::run(&widened);
+    w.store();
+    true
+}

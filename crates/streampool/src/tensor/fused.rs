@@ -1,0 +1,131 @@
+//! Fused transformer ops: each is one kernel that replaces a chain of smaller ones (and
+//! their intermediates in device memory).
+
+use super::{launch, OutSpec, Tensor};
+use crate::kernel::Kernel;
+use crate::{DType, Error, Result};
+
+impl Tensor {
+    /// `[batch, seq]` `F32` 0/1 mask on this tensor's device, checked against `batch x seq`.
+    fn check_mask(&self, mask: &Tensor, batch: usize, seq: usize, op: &'static str) -> Result<()> {
+        if mask.dtype() != DType::F32 {
+            return Err(Error::DType {
+                op,
+                expected: DType::F32,
+                got: mask.dtype(),
+            });
+        }
+        self.same_device(mask, op)?;
+        if mask.dims() != [batch, seq] {
+            return Err(Error::shape(
+                op,
+                format!("mask {:?} must be [{batch}, {seq}]", mask.dims()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Multi-head self-attention in one kernel, on the output of a fused QKV projection.
+    ///
+    /// `self` is `[batch, seq, 3 * heads * head_dim]`: per token the queries (already scaled
+    /// by `1/sqrt(head_dim)`), keys and values of every head, in that order. `mask` is an
+    /// optional `F32` `[batch, seq]` of 1 (attend) and 0 (padded key). Returns the heads'
+    /// outputs merged, `[batch, seq, heads * head_dim]`, in this tensor's dtype. Softmax
+    /// statistics are kept in `f32`, and no `[seq, seq]` score matrix is written to memory.
+    ///
+    /// ```
+    /// use streampool::{Device, Tensor};
+    /// let dev = Device::cpu();
+    /// // One head of width 1, two tokens: q = [0, 0], k = [1, 2], v = [10, 20].
+    /// let qkv = Tensor::from_vec(vec![0.0f32, 1.0, 10.0, 0.0, 2.0, 20.0], &[1, 2, 3], &dev).unwrap();
+    /// let y = qkv.attention(None, 1).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![15.0, 15.0]); // equal scores: the mean
+    /// let mask = Tensor::from_vec(vec![1.0f32, 0.0], &[1, 2], &dev).unwrap();
+    /// let y = qkv.attention(Some(&mask), 1).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![10.0, 10.0]); // the padded key is ignored
+    /// ```
+    pub fn attention(&self, mask: Option<&Tensor>, heads: usize) -> Result<Tensor> {
+        const OP: &str = "attention";
+        self.expect_float(OP)?;
+        let &[batch, seq, width] = self.dims() else {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "qkv must be [batch, seq, 3 * hidden], got {:?}",
+                    self.dims()
+                ),
+            ));
+        };
+        if heads == 0 || width == 0 || !width.is_multiple_of(3 * heads) {
+            return Err(Error::shape(
+                OP,
+                format!("last dim {width} is not 3 x {heads} heads x a head width"),
+            ));
+        }
+        let head_dim = width / (3 * heads);
+        if let Some(m) = mask {
+            self.check_mask(m, batch, seq, OP)?;
+        }
+        let x = self.contiguous()?;
+        let m = mask.map(Tensor::contiguous).transpose()?;
+        let (px, pm, dtype) = (x.ptr(), m.as_ref().map(Tensor::ptr), x.dtype());
+        let mut inputs = vec![&x];
+        inputs.extend(m.as_ref());
+        let spec = x.out_like(vec![batch, seq, heads * head_dim]);
+        let out = launch(self.device(), &inputs, vec![spec], |o| Kernel::Attention {
+            qkv: px,
+            mask: pm,
+            out: o[0],
+            batch,
+            seq,
+            heads,
+            head_dim,
+            dtype,
+        })?;
+        Ok(out.into_iter().next().expect("one output"))
+    }
+
+    /// Sentence embeddings from `self: [batch, seq, dim]`: the mean over the positions where
+    /// `mask` (`F32` `[batch, seq]`, 1 = token, 0 = padding) is 1, then divided by its L2
+    /// norm, in one kernel (sentence-transformers' mean pooling and `normalize`: the token
+    /// count is floored at 1e-9 and the norm at 1e-12, so an all-padding row gives zeros).
+    /// The result is `F32` `[batch, dim]` whatever this tensor's dtype.
+    ///
+    /// ```
+    /// use streampool::{Device, Tensor};
+    /// let dev = Device::cpu();
+    /// let h = Tensor::from_vec(vec![3.0f32, 0.0, 5.0, 8.0, 100.0, 100.0], &[1, 3, 2], &dev).unwrap();
+    /// let mask = Tensor::from_vec(vec![1.0f32, 1.0, 0.0], &[1, 3], &dev).unwrap();
+    /// let e = h.mean_pool_normalize(&mask).unwrap(); // mean [4, 4], normalized
+    /// let v = e.to_vec::<f32>().unwrap();
+    /// assert!((v[0] - 0.5f32.sqrt()).abs() < 1e-6 && (v[1] - 0.5f32.sqrt()).abs() < 1e-6);
+    /// ```
+    pub fn mean_pool_normalize(&self, mask: &Tensor) -> Result<Tensor> {
+        const OP: &str = "mean_pool_normalize";
+        self.expect_float(OP)?;
+        let &[batch, seq, dim] = self.dims() else {
+            return Err(Error::shape(
+                OP,
+                format!("input must be [batch, seq, dim], got {:?}", self.dims()),
+            ));
+        };
+        self.check_mask(mask, batch, seq, OP)?;
+        let (x, m) = (self.contiguous()?, mask.contiguous()?);
+        let (px, pm, dtype) = (x.ptr(), m.ptr(), x.dtype());
+        let out = launch(
+            self.device(),
+            &[&x, &m],
+            vec![OutSpec::f32(vec![batch, dim])],
+            |o| Kernel::MeanPoolNorm {
+                x: px,
+                mask: pm,
+                out: o[0],
+                batch,
+                seq,
+                dim,
+                dtype,
+            },
+        )?;
+        Ok(out.into_iter().next().expect("one output"))
+    }
+}
