@@ -76,6 +76,38 @@ pub(crate) trait BackendStream: Send + Sync {
     /// # Safety
     /// `src` is valid for `dst.len()` bytes.
     unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
+
+    /// Whether the backend can capture graphs (else callers run eagerly).
+    fn has_graphs(&self) -> bool {
+        false
+    }
+    /// A private stream for capturing graphs that will replay on this one (`None` where the
+    /// backend has no graphs: callers then run eagerly). Created once, ready to capture (its
+    /// library handles exist), and used only by the thread that captures.
+    fn capture_stream(&self) -> Result<Option<Arc<dyn BackendStream>>> {
+        Ok(None)
+    }
+    /// Captures what `body` queues on this (capture) stream into an instantiated graph. One
+    /// capture at a time per stream; `body` must only queue work (no host waits or copies).
+    fn capture(&self, body: &mut dyn FnMut() -> Result<()>) -> Result<Box<dyn BackendGraph>> {
+        let _ = body;
+        Err(crate::Error::Unavailable("graphs: not on this backend".into()))
+    }
+    /// Queues one replay of `graph` on this stream.
+    ///
+    /// # Safety
+    /// Every address the graph touches is valid and not used by other work until the replay
+    /// has run (the graph's pool and inputs are kept alive and ordered by the caller).
+    unsafe fn launch_graph(&self, graph: &dyn BackendGraph) -> Result<()> {
+        let _ = graph;
+        Err(crate::Error::Unavailable("graphs: not on this backend".into()))
+    }
+}
+
+/// An instantiated graph of captured stream work.
+pub(crate) trait BackendGraph: Send + Sync {
+    /// Downcasting, so a stream can recognise its backend's graphs.
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A point in a stream's queue.

@@ -27,19 +27,46 @@ struct RawEvent(CUevent);
 // use one handle from two owners at once (an idle event belongs to the pool alone).
 unsafe impl Send for RawEvent {}
 
+/// How the host waits for an event (`STREAMPOOL_CUDA_WAIT`; chosen by measurement, see
+/// `bench/results/cuda-2026-11-23/profile-graphs/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitPolicy {
+    /// `cuEventSynchronize` on a default event: the driver spins (or yields, per the
+    /// context's scheduling flags).
+    Spin,
+    /// Events created with `CU_EVENT_BLOCKING_SYNC`: the waiting thread sleeps until the GPU
+    /// signals, leaving the CPU to launching threads.
+    Blocking,
+    /// Poll `cuEventQuery`, yielding the CPU between polls.
+    Yield,
+}
+
+impl WaitPolicy {
+    /// From `STREAMPOOL_CUDA_WAIT` (`spin`, `blocking`, `yield`); default `spin`.
+    pub(crate) fn from_env() -> Self {
+        match std::env::var("STREAMPOOL_CUDA_WAIT").as_deref() {
+            Ok("blocking") => WaitPolicy::Blocking,
+            Ok("yield") => WaitPolicy::Yield,
+            _ => WaitPolicy::Spin,
+        }
+    }
+}
+
 /// Idle events of one stream, with and without timing.
 pub(crate) struct EventPool {
     ctx: Arc<CudaContext>,
     device: String,
+    wait: WaitPolicy,
     /// Idle events `[untimed, timed]`. Held only to push or pop one handle.
     idle: [Mutex<Vec<RawEvent>>; 2],
 }
 
 impl EventPool {
-    pub(crate) fn new(ctx: Arc<CudaContext>, device: String) -> Self {
+    pub(crate) fn new(ctx: Arc<CudaContext>, device: String, wait: WaitPolicy) -> Self {
         Self {
             ctx,
             device,
+            wait,
             idle: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
         }
     }
@@ -54,12 +81,21 @@ impl EventPool {
             Some(raw) => raw,
             None => {
                 let flags = if timing {
-                    CUevent_flags::CU_EVENT_DEFAULT
+                    CUevent_flags::CU_EVENT_DEFAULT as u32
                 } else {
                     // Timing costs a timestamp write per record; only `Event::record` asks for it.
-                    CUevent_flags::CU_EVENT_DISABLE_TIMING
+                    CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
                 };
-                RawEvent(result::event::create(flags).map_err(|e| driver_err(&self.device, e))?)
+                let flags = match self.wait {
+                    WaitPolicy::Blocking => flags | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32,
+                    _ => flags,
+                };
+                let mut raw = std::ptr::null_mut();
+                // SAFETY: `raw` is a valid out-pointer; the context is bound by the caller.
+                unsafe { sys::cuEventCreate(&mut raw, flags) }
+                    .result()
+                    .map_err(|e| driver_err(&self.device, e))?;
+                RawEvent(raw)
             }
         };
         let event = CudaEvent {
@@ -130,6 +166,15 @@ impl BackendEvent for CudaEvent {
 
     fn synchronize(&self) -> Result<()> {
         super::bind(&self.pool.ctx).map_err(|e| driver_err(self.pool.device(), e))?;
+        if self.pool.wait == WaitPolicy::Yield {
+            loop {
+                // SAFETY: the event is live (we hold it).
+                match unsafe { sys::cuEventQuery(self.raw.0) } {
+                    CUresult::CUDA_ERROR_NOT_READY => std::thread::yield_now(),
+                    r => return r.result().map_err(|e| driver_err(self.pool.device(), e)),
+                }
+            }
+        }
         // SAFETY: the event is live (we hold it).
         unsafe { result::event::synchronize(self.raw.0) }
             .map_err(|e| driver_err(self.pool.device(), e))
