@@ -167,6 +167,16 @@ pub struct GraphStats {
     pub eager: usize,
 }
 
+impl std::fmt::Debug for GraphCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphCache")
+            .field("capacity", &self.capacity)
+            .field("enabled", &self.enabled)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
 enum Action {
     Replay(Arc<Graph>),
     Eager,
@@ -497,19 +507,33 @@ impl Drop for Graph {
             return;
         }
         self.exec = None;
-        let allocator = self.stream.device().allocator();
-        for (ptr, size) in self.pool.drain(..) {
-            // A lazy guard on the graph's stream: only that stream used the pool (replays and
-            // copies), and stream order covers its reuse there; another stream must first
-            // resolve the guard into an event.
-            allocator.free_lazy(
-                Block {
-                    ptr,
-                    size,
-                    stream: self.stream.index(),
-                },
-                self.stream.inner.clone(),
-            );
-        }
+        hand_back(
+            self.stream.device().allocator(),
+            self.stream.index(),
+            &self.stream.inner,
+            self.pool.drain(..),
+        );
+    }
+}
+
+/// Gives a graph's pool blocks back to the allocator, each with a lazy guard on the graph's
+/// stream `slot`: only that stream used the pool (replays and their copies), so stream order
+/// covers reuse there, and another stream gets a block only after resolving the guard into
+/// an event on `stream` and seeing it complete. (Modelled in `graph_loom_tests`.)
+pub(crate) fn hand_back(
+    allocator: &crate::allocator::CachingAllocator,
+    slot: usize,
+    stream: &Arc<dyn crate::backend::BackendStream>,
+    pool: impl IntoIterator<Item = (DevicePtr, usize)>,
+) {
+    for (ptr, size) in pool {
+        allocator.free_lazy(
+            Block {
+                ptr,
+                size,
+                stream: slot,
+            },
+            stream.clone(),
+        );
     }
 }

@@ -52,6 +52,8 @@ pub mod tensor;
 
 // Test-only: other crates' loom builds compile this library without its tests.
 #[cfg(all(loom, test))]
+mod graph_loom_tests;
+#[cfg(all(loom, test))]
 mod loom_tests;
 
 pub use allocator::AllocatorStats;
