@@ -128,20 +128,25 @@ def mlp_graph_threading(dev, dev_name, params, host, threads, warm, seconds, log
     def forward(x):
         return torch.nn.functional.gelu(x @ w1 + b1) @ w2 + b2
 
+    # Capture (with its warm-up and device-wide synchronize) is serialized: another thread's
+    # `torch.cuda.synchronize` during a capture is an error even in thread-local mode.
+    setup = threading.Lock()
     for t in threads:
         def make(th):
             torch.set_grad_enabled(False)
-            stream = torch.cuda.Stream(device=dev)
-            x_pin = torch.empty(1, MLP_IN, pin_memory=True)
-            y_pin = torch.empty(1, MLP_IN, pin_memory=True)
-            with torch.cuda.stream(stream):
-                x_dev = torch.zeros(1, MLP_IN, device=dev)
-                for _ in range(3):  # warm-up on the capture stream, as PyTorch asks
-                    forward(x_dev)
-            stream.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                y_dev = forward(x_dev)
+            with setup:
+                stream = torch.cuda.Stream(device=dev)
+                x_pin = torch.empty(1, MLP_IN, pin_memory=True)
+                y_pin = torch.empty(1, MLP_IN, pin_memory=True)
+                with torch.cuda.stream(stream):
+                    x_dev = torch.zeros(1, MLP_IN, device=dev)
+                    for _ in range(3):  # warm-up on the capture stream, as PyTorch asks
+                        forward(x_dev)
+                stream.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                    y_dev = forward(x_dev)
+                stream.synchronize()
 
             def call(i):
                 x_pin.copy_(host[(th * THREAD_STRIDE + i) % INPUT_POOL].unsqueeze(0))

@@ -5,7 +5,8 @@
 //! `phases`: the bench's call (upload one row, MLP forward, read back) with a host timer
 //! around each phase, eager and through a [`GraphCache`], at 1 to 64 threads: calls/s, p50
 //! and p99 call latency, and the mean host time of each phase (the read-back includes the
-//! wait for the GPU). Run on a GPU machine:
+//! wait for the GPU; mode `host` is `GraphCache::run_host`, the whole call in "forward").
+//! `PROFILE_MODES=eager,graph,host` picks modes. Run on a GPU machine:
 //! `cargo run --release --features cuda --example cuda_profile [units] [phases]` (both when
 //! no argument is given). The environment switches compared: `STREAMPOOL_CUDA_H2D`
 //! (`staged`/`pageable`), `STREAMPOOL_CUDA_WAIT` (`spin`/`blocking`/`yield`).
@@ -151,10 +152,19 @@ struct Phases {
     latencies: Vec<u32>,
 }
 
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    Eager,
+    /// `GraphCache::run` between `from_vec` and `to_vec`.
+    Graph(&'a GraphCache),
+    /// `GraphCache::run_host`: the whole call (counted as "forward").
+    Host(&'a GraphCache),
+}
+
 fn phases(
     dev: &Device,
     mlp: &Mlp,
-    graphs: Option<&GraphCache>,
+    mode: Mode<'_>,
     threads: usize,
     window: Duration,
 ) -> Result<(f64, Phases)> {
@@ -174,16 +184,27 @@ fn phases(
                         let row: Vec<f32> =
                             (0..256).map(|k| ((t * 31 + i * 7 + k) % 17) as f32 * 0.1).collect();
                         i += 1;
-                        let x = Tensor::from_vec(row, &[1, 256], dev)?;
-                        let t1 = Instant::now();
-                        let y = match graphs {
-                            Some(g) => g
-                                .run("mlp", &[&x], |i| Ok::<_, streampool::Error>(vec![mlp.forward(&i[0])?]))?
-                                .remove(0),
-                            None => mlp.forward(&x)?,
+                        let (t1, t2) = if let Mode::Host(g) = mode {
+                            let t1 = Instant::now();
+                            g.run_host("mlp", dev, &[(&row[..], &[1, 256][..])], |i| {
+                                Ok::<_, streampool::Error>(vec![mlp.forward(&i[0])?])
+                            })?;
+                            (t1, Instant::now())
+                        } else {
+                            let x = Tensor::from_vec(row, &[1, 256], dev)?;
+                            let t1 = Instant::now();
+                            let y = match mode {
+                                Mode::Graph(g) => g
+                                    .run("mlp", &[&x], |i| {
+                                        Ok::<_, streampool::Error>(vec![mlp.forward(&i[0])?])
+                                    })?
+                                    .remove(0),
+                                _ => mlp.forward(&x)?,
+                            };
+                            let t2 = Instant::now();
+                            y.to_vec::<f32>()?;
+                            (t1, t2)
                         };
-                        let t2 = Instant::now();
-                        y.to_vec::<f32>()?;
                         let t3 = Instant::now();
                         if t0 >= start {
                             p.calls += 1;
@@ -220,10 +241,20 @@ fn print_phases(dev: &Device, mlp: &Mlp) -> Result<()> {
         "{:<7} {:>7} {:>10} {:>8} {:>8} {:>10} {:>10} {:>10}",
         "mode", "threads", "calls/s", "p50 us", "p99 us", "upload us", "forward us", "readback us"
     );
-    let graphs = GraphCache::new(256);
-    for (mode, g) in [("eager", None), ("graph", Some(&graphs))] {
+    let (graphs, host) = (GraphCache::new(256), GraphCache::new(256));
+    let modes = [
+        ("eager", Mode::Eager),
+        ("graph", Mode::Graph(&graphs)),
+        ("host", Mode::Host(&host)),
+    ];
+    let only: Option<String> = std::env::var("PROFILE_MODES").ok();
+    for (name, m) in modes {
+        if only.as_deref().is_some_and(|o| !o.split(',').any(|x| x == name)) {
+            continue;
+        }
+        let mode = name;
         for threads in [1, 2, 4, 8, 16, 32, 64] {
-            let (rate, p) = phases(dev, mlp, g, threads, Duration::from_millis(700))?;
+            let (rate, p) = phases(dev, mlp, m, threads, Duration::from_millis(700))?;
             let n = p.calls.max(1) as f64;
             let pct = |q: f64| {
                 p.latencies
@@ -240,7 +271,7 @@ fn print_phases(dev: &Device, mlp: &Mlp) -> Result<()> {
             );
         }
     }
-    println!("graph cache: {:?}", graphs.stats());
+    println!("graph caches: {:?} (graph), {:?} (host)", graphs.stats(), host.stats());
     Ok(())
 }
 

@@ -93,6 +93,37 @@ pub(crate) trait BackendStream: Send + Sync {
         let _ = body;
         Err(crate::Error::Unavailable("graphs: not on this backend".into()))
     }
+    /// Page-locked host memory of `bytes`, for a graph's host inputs and outputs.
+    fn alloc_pinned(&self, bytes: usize) -> Result<Box<dyn BackendPinned>> {
+        let _ = bytes;
+        Err(crate::Error::Unavailable("pinned memory: not on this backend".into()))
+    }
+    /// Queues a copy of the first `bytes` of `src` to `dst` (capturable: pinned memory).
+    ///
+    /// # Safety
+    /// `dst` is valid for `bytes`; `src` holds `bytes` and is not written until the copy ran.
+    unsafe fn copy_pinned_to_device(
+        &self,
+        src: &dyn BackendPinned,
+        dst: DevicePtr,
+        bytes: usize,
+    ) -> Result<()> {
+        let _ = (src, dst, bytes);
+        Err(crate::Error::Unavailable("pinned memory: not on this backend".into()))
+    }
+    /// Queues a copy of `bytes` at `src` into `dst` (capturable: pinned memory).
+    ///
+    /// # Safety
+    /// `src` is valid for `bytes`; `dst` holds `bytes` and is not read until the copy ran.
+    unsafe fn copy_device_to_pinned(
+        &self,
+        src: DevicePtr,
+        dst: &dyn BackendPinned,
+        bytes: usize,
+    ) -> Result<()> {
+        let _ = (src, dst, bytes);
+        Err(crate::Error::Unavailable("pinned memory: not on this backend".into()))
+    }
     /// Queues one replay of `graph` on this stream.
     ///
     /// # Safety
@@ -102,6 +133,14 @@ pub(crate) trait BackendStream: Send + Sync {
         let _ = graph;
         Err(crate::Error::Unavailable("graphs: not on this backend".into()))
     }
+}
+
+/// A page-locked host buffer (see [`BackendStream::alloc_pinned`]).
+pub(crate) trait BackendPinned: Send + Sync {
+    /// The start of the buffer.
+    fn ptr(&self) -> *mut u8;
+    /// Its length in bytes.
+    fn len(&self) -> usize;
 }
 
 /// An instantiated graph of captured stream work.

@@ -26,12 +26,15 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 
 use crate::allocator::{size_class, Block};
-use crate::backend::{BackendGraph, DevicePtr};
+use crate::backend::{BackendGraph, BackendPinned, DevicePtr};
+use crate::dtype::{as_bytes, as_bytes_mut};
+use crate::sync::{AtomicBool, Ordering};
+use crate::tensor::ZerosLike;
 use crate::kernel::{Kernel, Strided};
 use crate::storage::Storage;
 use crate::sync::{Arc, Mutex};
 use crate::tensor::{launch_on, OutSpec};
-use crate::{DType, Device, Error, Result, Stream, StreamGuard, Tensor};
+use crate::{DType, Device, Element, Error, Result, Stream, StreamGuard, Tensor};
 
 /// What a thread is doing for a graph while it runs a closure.
 enum Hook {
@@ -117,9 +120,16 @@ struct Key {
     inputs: Vec<(Vec<usize>, DType)>,
 }
 
+/// What a traced eager run allocated (in order) and, for host graphs, its output sizes.
+#[derive(Clone)]
+struct Trace {
+    sizes: Vec<usize>,
+    out_bytes: Vec<usize>,
+}
+
 enum Slot {
-    /// Seen once: the allocation sizes of that eager run.
-    Seen(Vec<usize>),
+    /// Seen once: what that eager run allocated.
+    Seen(Trace),
     Ready(Arc<Graph>),
     /// Capture failed: always eager.
     Eager,
@@ -181,7 +191,7 @@ enum Action {
     Replay(Arc<Graph>),
     Eager,
     Trace,
-    Capture(Vec<usize>),
+    Capture(Trace),
 }
 
 impl GraphCache {
@@ -238,23 +248,7 @@ impl GraphCache {
             name: name.to_string(),
             inputs: inputs.iter().map(|t| (t.dims().to_vec(), t.dtype())).collect(),
         };
-        let action = {
-            let mut st = self.state.lock();
-            st.tick += 1;
-            let tick = st.tick;
-            match st.entries.get_mut(&key) {
-                Some(e) => {
-                    e.used = tick;
-                    match &e.slot {
-                        Slot::Ready(g) => Action::Replay(g.clone()),
-                        Slot::Seen(sizes) => Action::Capture(sizes.clone()),
-                        Slot::Eager => Action::Eager,
-                    }
-                }
-                None => Action::Trace,
-            }
-        };
-        match action {
+        match self.action(&key) {
             Action::Replay(g) => Ok(g.replay(inputs)?),
             Action::Eager => f(&owned),
             Action::Trace => {
@@ -265,11 +259,12 @@ impl GraphCache {
                 let (out, hook) = with_hook(hook, || f(&owned));
                 let out = out?;
                 if let Hook::Trace { sizes, .. } = hook {
-                    self.insert(key, Slot::Seen(sizes));
+                    let out_bytes = Vec::new();
+                    self.insert(key, Slot::Seen(Trace { sizes, out_bytes }));
                 }
                 Ok(out)
             }
-            Action::Capture(sizes) => match Graph::capture(&stream, &sizes, inputs, &f) {
+            Action::Capture(trace) => match Graph::capture(&stream, &trace.sizes, inputs, None, &f) {
                 Ok(g) => {
                     let g = Arc::new(g);
                     self.insert(key, Slot::Ready(g.clone()));
@@ -281,6 +276,134 @@ impl GraphCache {
                     f(&owned)
                 }
             },
+        }
+    }
+
+    /// What to do for `key` now (and marks it used).
+    fn action(&self, key: &Key) -> Action {
+        let mut st = self.state.lock();
+        st.tick += 1;
+        let tick = st.tick;
+        match st.entries.get_mut(key) {
+            Some(e) => {
+                e.used = tick;
+                match &e.slot {
+                    Slot::Ready(g) => Action::Replay(g.clone()),
+                    Slot::Seen(trace) => Action::Capture(trace.clone()),
+                    Slot::Eager => Action::Eager,
+                }
+            }
+            None => Action::Trace,
+        }
+    }
+
+    /// One call from host data to host data: uploads `inputs` (each `(values, shape)`) to
+    /// `device`, runs `f`, and returns every output's values. Where the backend has graphs,
+    /// the whole call (upload, `f`, read-back) is one graph per (stream, shapes) with pinned
+    /// host buffers inside it, so a replay costs one graph launch and one event wait: no
+    /// allocation, no tensor, no other driver call. A call that finds its graph in use by
+    /// another thread on the same stream, and every call where graphs are unavailable, runs
+    /// eagerly (`from_slice`, `f`, `to_vec`). All outputs must have element type `T`.
+    ///
+    /// ```
+    /// use streampool::{Device, GraphCache, Tensor};
+    /// let dev = Device::cpu();
+    /// let graphs = GraphCache::new(4);
+    /// let out = graphs
+    ///     .run_host("double", &dev, &[(&[1.0f32, 2.0][..], &[2][..])], |i| {
+    ///         Ok::<_, streampool::Error>(vec![i[0].scale(2.0)?])
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(out, vec![vec![2.0, 4.0]]);
+    /// ```
+    pub fn run_host<T, F, E>(
+        &self,
+        name: &str,
+        device: &Device,
+        inputs: &[(&[T], &[usize])],
+        f: F,
+    ) -> std::result::Result<Vec<Vec<T>>, E>
+    where
+        T: Element,
+        F: Fn(&[Tensor]) -> std::result::Result<Vec<Tensor>, E>,
+        E: From<Error> + std::fmt::Display,
+    {
+        let upload = || -> Result<Vec<Tensor>> {
+            inputs
+                .iter()
+                .map(|(data, shape)| Tensor::from_slice(data, shape, device))
+                .collect()
+        };
+        let eager = || -> std::result::Result<Vec<Vec<T>>, E> {
+            let outs = f(&upload()?)?;
+            Ok(outs
+                .iter()
+                .map(|o| o.to_vec::<T>())
+                .collect::<Result<Vec<_>>>()?)
+        };
+        if !self.enabled || device.eager_events() {
+            return eager();
+        }
+        let stream = device.current_stream()?;
+        if !stream.inner.has_graphs() {
+            return eager();
+        }
+        let key = Key {
+            device: device.id(),
+            stream: stream.index(),
+            name: format!("{name} (host)"),
+            inputs: inputs.iter().map(|(_, s)| (s.to_vec(), T::DTYPE)).collect(),
+        };
+        match self.action(&key) {
+            Action::Replay(g) => match g.replay_host(inputs)? {
+                Some(out) => Ok(out),
+                None => eager(),
+            },
+            Action::Eager => eager(),
+            Action::Trace => {
+                let ts = upload()?;
+                let hook = Hook::Trace {
+                    device: device.id(),
+                    sizes: Vec::new(),
+                };
+                // Traced as captured: `f`, then each output made contiguous.
+                let (outs, hook) = with_hook(hook, || -> std::result::Result<Vec<Tensor>, E> {
+                    let outs = f(&ts)?;
+                    Ok(outs
+                        .iter()
+                        .map(|o| o.contiguous())
+                        .collect::<Result<Vec<_>>>()?)
+                });
+                let outs = outs?;
+                let values = outs
+                    .iter()
+                    .map(|o| o.to_vec::<T>())
+                    .collect::<Result<Vec<_>>>()?;
+                if let Hook::Trace { sizes, .. } = hook {
+                    let out_bytes = outs.iter().map(|o| o.elem_count() * o.dtype().size()).collect();
+                    self.insert(key, Slot::Seen(Trace { sizes, out_bytes }));
+                }
+                Ok(values)
+            }
+            Action::Capture(trace) => {
+                let ts = upload()?;
+                let refs: Vec<&Tensor> = ts.iter().collect();
+                match Graph::capture(&stream, &trace.sizes, &refs, Some(&trace.out_bytes), &f) {
+                    Ok(g) => {
+                        let g = Arc::new(g);
+                        self.insert(key, Slot::Ready(g.clone()));
+                        match g.replay_host(inputs)? {
+                            Some(out) => Ok(out),
+                            None => eager(),
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, name, "graph capture failed; running eagerly");
+                        self.insert(key, Slot::Eager);
+                        eager()
+                    }
+                }
+            }
         }
     }
 
@@ -349,10 +472,30 @@ struct Graph {
     keep: Vec<Tensor>,
     /// Orders copy-in, launch and copy-out among threads sharing the stream.
     replay_lock: Mutex<()>,
+    /// For host-to-host graphs ([`GraphCache::run_host`]): the pinned buffers the graph's
+    /// first and last nodes copy from and to.
+    host: Option<HostIo>,
+}
+
+/// Pinned input and output buffers of a host-to-host graph, with the flag that gives them to
+/// one call at a time.
+struct HostIo {
+    inputs: Vec<(Box<dyn BackendPinned>, usize)>,
+    outputs: Vec<(Box<dyn BackendPinned>, usize)>,
+    /// Set while a call owns the buffers (from writing the inputs to reading the outputs).
+    /// Never waited on: a call that finds it set runs eagerly instead. Left set for good
+    /// after a failed wait, when the buffers can no longer be proven idle.
+    busy: AtomicBool,
 }
 
 impl Graph {
-    fn capture<F, E>(stream: &Stream, sizes: &[usize], inputs: &[&Tensor], f: &F) -> Result<Graph>
+    fn capture<F, E>(
+        stream: &Stream,
+        sizes: &[usize],
+        inputs: &[&Tensor],
+        host_out: Option<&[usize]>,
+        f: &F,
+    ) -> Result<Graph>
     where
         F: Fn(&[Tensor]) -> std::result::Result<Vec<Tensor>, E>,
         E: std::fmt::Display,
@@ -376,6 +519,7 @@ impl Graph {
             pool: Vec::new(),
             keep: Vec::new(),
             replay_lock: Mutex::new(()),
+            host: None,
         };
         // From here on, `graph`'s drop gives back whatever the pool holds.
         let alloc = |graph: &mut Graph, bytes: usize| -> Result<DevicePtr> {
@@ -414,16 +558,63 @@ impl Graph {
             blocks,
             keep: Vec::new(),
         };
+        // Pinned buffers are allocated before the capture (inside it that would be an error),
+        // outputs in the sizes the traced eager run returned.
+        let host = match host_out {
+            Some(out_bytes) => {
+                let mut io = HostIo {
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    busy: AtomicBool::new(false),
+                };
+                for st in &graph.inputs {
+                    let bytes = st.shape.iter().product::<usize>() * st.dtype.size();
+                    io.inputs.push((side.alloc_pinned(bytes)?, bytes));
+                }
+                for &bytes in out_bytes {
+                    io.outputs.push((side.alloc_pinned(bytes)?, bytes));
+                }
+                Some(io)
+            }
+            None => None,
+        };
         let mut outs = Vec::new();
         let (exec, hook) = with_hook(hook, || {
             let _on_side = StreamGuard::new(&capture_stream);
             side.capture(&mut || {
+                if let Some(io) = &host {
+                    for ((pinned, bytes), st) in io.inputs.iter().zip(&graph.inputs) {
+                        // SAFETY: the static input holds `bytes`; the pinned buffer is written
+                        // by a call only while it owns the graph (`HostIo::busy`).
+                        unsafe { side.copy_pinned_to_device(pinned.as_ref(), st.ptr, *bytes)? };
+                    }
+                }
                 outs = f(&statics).map_err(|e| {
                     Error::InvalidArgument(format!("graph capture: the closure failed: {e}"))
                 })?;
+                if let Some(io) = &host {
+                    if io.outputs.len() != outs.len() {
+                        return Err(Error::InvalidArgument(
+                            "graph capture: outputs differ from the traced run".into(),
+                        ));
+                    }
+                    for (o, (pinned, bytes)) in outs.iter_mut().zip(&io.outputs) {
+                        // Host outputs are copied as one block (the trace did the same).
+                        *o = o.contiguous()?;
+                        if o.elem_count() * o.dtype().size() != *bytes {
+                            return Err(Error::InvalidArgument(
+                                "graph capture: output sizes differ from the traced run".into(),
+                            ));
+                        }
+                        // SAFETY: `o` holds `bytes` and is kept by the graph; the pinned buffer
+                        // is read only after the replay's event has completed.
+                        unsafe { side.copy_device_to_pinned(o.ptr(), pinned.as_ref(), *bytes)? };
+                    }
+                }
                 Ok(())
             })
         });
+        graph.host = host;
         if let Hook::Capture { keep, .. } = hook {
             graph.keep = keep;
         }
@@ -489,6 +680,56 @@ impl Graph {
             outs.extend(out);
         }
         Ok(outs)
+    }
+}
+
+impl Graph {
+    /// One host-to-host replay; `None` when another call owns the graph's buffers.
+    fn replay_host<T: Element>(&self, inputs: &[(&[T], &[usize])]) -> Result<Option<Vec<Vec<T>>>> {
+        let (Some(io), Some(exec)) = (&self.host, self.exec.as_deref()) else {
+            return Err(Error::InvalidArgument("graph: not a host graph".into()));
+        };
+        if self.outputs.iter().any(|o| o.dtype != T::DTYPE) || inputs.len() != io.inputs.len() {
+            return Err(Error::InvalidArgument("graph: inputs or outputs of another type".into()));
+        }
+        // Acquire pairs with the Release below: the last owner's reads are done.
+        if io
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Ok(None);
+        }
+        for ((pinned, bytes), (data, _)) in io.inputs.iter().zip(inputs) {
+            let src = as_bytes(data);
+            if src.len() != *bytes {
+                io.busy.store(false, Ordering::Release);
+                return Err(Error::InvalidArgument("graph: input of another size".into()));
+            }
+            // SAFETY: the pinned buffer holds `bytes`; we own it (busy flag), and the previous
+            // replay that read it has completed (its owner waited before releasing the flag).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), pinned.ptr(), *bytes) };
+        }
+        // SAFETY: the graph's memory is its pool, kept tensors and its pinned buffers, all
+        // alive as long as the graph; only this stream, in order, uses them.
+        let done = unsafe { self.stream.inner.launch_graph(exec) }
+            .and_then(|()| self.stream.inner.record(false))
+            .and_then(|e| e.synchronize());
+        // On error the buffers may still be in use: the flag stays set (graph retired).
+        done?;
+        let outs = io
+            .outputs
+            .iter()
+            .map(|(pinned, bytes)| {
+                let mut v = vec![T::zeros_like(); bytes / T::DTYPE.size()];
+                // SAFETY: the replay's copy into the pinned buffer has completed (event above).
+                let src = unsafe { std::slice::from_raw_parts(pinned.ptr() as *const u8, *bytes) };
+                as_bytes_mut(&mut v).copy_from_slice(src);
+                v
+            })
+            .collect();
+        io.busy.store(false, Ordering::Release);
+        Ok(Some(outs))
     }
 }
 

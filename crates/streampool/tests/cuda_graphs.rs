@@ -203,3 +203,51 @@ fn graph_inputs_and_pool_are_not_reused_under_a_slow_stream() {
     dev.synchronize().unwrap();
     eprintln!("allocator: {:?}", dev.allocator_stats());
 }
+
+#[test]
+fn host_graphs_match_eager_from_64_threads() {
+    let Some(g) = gpu() else { return };
+    let mlp = Arc::new(Mlp::new(&g));
+    let graphs = Arc::new(GraphCache::new(256));
+    let threads = 64;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (mlp, graphs, barrier) = (mlp.clone(), graphs.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let g = Device::cuda(0).unwrap();
+                let rows: Vec<Vec<f32>> = (0..3)
+                    .map(|k| {
+                        Tensor::randn(&[1, 256], 5000 + t as u64 * 4 + k, &g)
+                            .unwrap()
+                            .to_vec::<f32>()
+                            .unwrap()
+                    })
+                    .collect();
+                let want: Vec<Vec<f32>> = rows
+                    .iter()
+                    .map(|r| {
+                        let x = Tensor::from_slice(r, &[1, 256], &g).unwrap();
+                        mlp.forward(&x).unwrap().to_vec::<f32>().unwrap()
+                    })
+                    .collect();
+                barrier.wait();
+                for it in 0..60 {
+                    let k = (it + t) % rows.len();
+                    let out = graphs
+                        .run_host("mlp", &g, &[(&rows[k][..], &[1, 256][..])], |i| {
+                            Ok::<_, streampool::Error>(vec![mlp.forward(&i[0])?])
+                        })
+                        .unwrap();
+                    assert_eq!(out, vec![want[k].clone()], "thread {t} iteration {it}");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("host graph thread");
+    }
+    let s = graphs.stats();
+    eprintln!("host graphs after 64 threads: {s:?}");
+    assert!(s.graphs >= 1 && s.eager == 0, "{s:?}");
+}

@@ -27,7 +27,8 @@ struct RawEvent(CUevent);
 // use one handle from two owners at once (an idle event belongs to the pool alone).
 unsafe impl Send for RawEvent {}
 
-/// How the host waits for an event (`STREAMPOOL_CUDA_WAIT`; chosen by measurement, see
+/// How the host waits for an event (`STREAMPOOL_CUDA_WAIT`, default `hybrid`; chosen by
+/// measurement, see
 /// `bench/results/cuda-2026-11-23/profile-graphs/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WaitPolicy {
@@ -39,15 +40,26 @@ pub(crate) enum WaitPolicy {
     Blocking,
     /// Poll `cuEventQuery`, yielding the CPU between polls.
     Yield,
+    /// Poll for up to `spin` (`STREAMPOOL_CUDA_SPIN_US`, default 30 us: a small call's
+    /// read-back completes within that), then sleep as `Blocking` does: short waits keep
+    /// spin latency, long ones (many more threads than cores) free the CPU.
+    Hybrid { spin: std::time::Duration },
 }
 
 impl WaitPolicy {
     /// From `STREAMPOOL_CUDA_WAIT` (`spin`, `blocking`, `yield`); default `spin`.
     pub(crate) fn from_env() -> Self {
+        let spin_us = std::env::var("STREAMPOOL_CUDA_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30);
         match std::env::var("STREAMPOOL_CUDA_WAIT").as_deref() {
             Ok("blocking") => WaitPolicy::Blocking,
             Ok("yield") => WaitPolicy::Yield,
-            _ => WaitPolicy::Spin,
+            Ok("spin") => WaitPolicy::Spin,
+            _ => WaitPolicy::Hybrid {
+                spin: std::time::Duration::from_micros(spin_us),
+            },
         }
     }
 }
@@ -87,7 +99,9 @@ impl EventPool {
                     CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
                 };
                 let flags = match self.wait {
-                    WaitPolicy::Blocking => flags | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32,
+                    WaitPolicy::Blocking | WaitPolicy::Hybrid { .. } => {
+                flags | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+            }
                     _ => flags,
                 };
                 let mut raw = std::ptr::null_mut();
@@ -166,6 +180,19 @@ impl BackendEvent for CudaEvent {
 
     fn synchronize(&self) -> Result<()> {
         super::bind(&self.pool.ctx).map_err(|e| driver_err(self.pool.device(), e))?;
+        if let WaitPolicy::Hybrid { spin } = self.pool.wait {
+            let start = std::time::Instant::now();
+            loop {
+                // SAFETY: the event is live (we hold it).
+                match unsafe { sys::cuEventQuery(self.raw.0) } {
+                    CUresult::CUDA_ERROR_NOT_READY if start.elapsed() < spin => {
+                        std::hint::spin_loop()
+                    }
+                    CUresult::CUDA_ERROR_NOT_READY => break, // sleep below
+                    r => return r.result().map_err(|e| driver_err(self.pool.device(), e)),
+                }
+            }
+        }
         if self.pool.wait == WaitPolicy::Yield {
             loop {
                 // SAFETY: the event is live (we hold it).

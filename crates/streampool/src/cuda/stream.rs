@@ -10,7 +10,7 @@ use super::event::{CudaEvent, EventPool};
 use super::kernels::{Launcher, Module};
 use super::staging::{Staging, UploadRing};
 use super::{driver_err, Shared};
-use crate::backend::{BackendEvent, BackendGraph, BackendStream, DevicePtr};
+use crate::backend::{BackendEvent, BackendGraph, BackendPinned, BackendStream, DevicePtr};
 use crate::kernel::Kernel;
 use crate::sync::{Arc, Mutex};
 use crate::{Error, Result};
@@ -280,6 +280,53 @@ impl BackendStream for CudaStream {
         }))
     }
 
+    fn alloc_pinned(&self, bytes: usize) -> Result<Box<dyn BackendPinned>> {
+        self.bind()?;
+        let len = bytes.max(1);
+        // SAFETY: a plain pinned host allocation (flags 0) in the bound context.
+        let ptr = unsafe { result::malloc_host(len, 0) }.map_err(|e| driver_err(self.device(), e))?;
+        Ok(Box::new(Pinned {
+            ptr: ptr as *mut u8,
+            len,
+            shared: self.shared.clone(),
+        }))
+    }
+
+    unsafe fn copy_pinned_to_device(
+        &self,
+        src: &dyn BackendPinned,
+        dst: DevicePtr,
+        bytes: usize,
+    ) -> Result<()> {
+        if bytes > src.len() {
+            return Err(Error::InvalidArgument("pinned copy larger than its buffer".into()));
+        }
+        self.bind()?;
+        // SAFETY: `src` is pinned memory of at least `bytes` (checked); `dst` per the caller.
+        let host = unsafe { std::slice::from_raw_parts(src.ptr() as *const u8, bytes) };
+        // SAFETY: per the caller, `dst` is valid and `src` stays unwritten until the copy ran.
+        unsafe { result::memcpy_htod_async(dst.0, host, self.cu()) }
+            .map_err(|e| driver_err(self.device(), e))
+    }
+
+    unsafe fn copy_device_to_pinned(
+        &self,
+        src: DevicePtr,
+        dst: &dyn BackendPinned,
+        bytes: usize,
+    ) -> Result<()> {
+        if bytes > dst.len() {
+            return Err(Error::InvalidArgument("pinned copy larger than its buffer".into()));
+        }
+        self.bind()?;
+        // SAFETY: `dst` is pinned memory of at least `bytes` (checked), not read until the copy
+        // ran (caller); `src` is valid for `bytes` (caller).
+        let host = unsafe { std::slice::from_raw_parts_mut(dst.ptr(), bytes) };
+        // SAFETY: as above.
+        unsafe { result::memcpy_dtoh_async(host, src.0, self.cu()) }
+            .map_err(|e| driver_err(self.device(), e))
+    }
+
     unsafe fn launch_graph(&self, graph: &dyn BackendGraph) -> Result<()> {
         let graph = graph
             .as_any()
@@ -290,6 +337,37 @@ impl BackendStream for CudaStream {
         // by the caller.
         unsafe { result::graph::launch(graph.exec, self.cu()) }
             .map_err(|e| driver_err(self.device(), e))
+    }
+}
+
+/// Page-locked host memory from `cuMemHostAlloc`.
+struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+    shared: Arc<Shared>,
+}
+
+// SAFETY: plain host memory owned by this value; who reads or writes it when is ordered by
+// its user (a graph's busy flag and events).
+unsafe impl Send for Pinned {}
+// SAFETY: as above.
+unsafe impl Sync for Pinned {}
+
+impl BackendPinned for Pinned {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = super::bind(&self.shared.ctx);
+        // SAFETY: allocated by `malloc_host`; its owner (a graph) drops it only after the last
+        // copy into or out of it has completed.
+        let _ = unsafe { result::free_host(self.ptr as *mut _) };
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use streampool::{Device, GraphCache, Tensor};
+use streampool::{Device, GraphCache};
 use streampool_batch::{BatchContext, BatchModel, ModelError};
 use streampool_nn::{
     find_minilm, find_tiny_bert, Activation, HostTensor, Linear, LinearParams, Mlp,
@@ -101,11 +101,15 @@ impl MlpWorkload {
     }
 
     fn run(&self, data: Vec<f32>, rows: usize) -> Result<Vec<f32>, ModelError> {
-        let x = Tensor::from_vec(data, &[rows, MLP_IN], &self.device)?;
-        let y = self
-            .graphs
-            .run("mlp", &[&x], |i| Ok::<_, streampool_nn::Error>(vec![self.mlp.forward(&i[0])?]))?;
-        Ok(y[0].to_vec::<f32>()?)
+        // Upload, forward and read-back as one graph per (stream, rows) where the device has
+        // graphs: a replay is one graph launch and one event wait.
+        let mut out = self.graphs.run_host(
+            "mlp",
+            &self.device,
+            &[(&data[..], &[rows, MLP_IN][..])],
+            |i| Ok::<_, streampool_nn::Error>(vec![self.mlp.forward(&i[0])?]),
+        )?;
+        Ok(out.remove(0))
     }
 }
 
