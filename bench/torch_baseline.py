@@ -132,6 +132,10 @@ def mlp_graph_threading(dev, dev_name, params, host, threads, warm, seconds, log
     # `torch.cuda.synchronize` during a capture is an error even in thread-local mode.
     setup = threading.Lock()
     for t in threads:
+        # No thread runs calls until every thread has captured: a capture is invalidated by
+        # work other threads queue meanwhile (seen on the H100 with thread-local mode).
+        ready = threading.Barrier(t)
+
         def make(th):
             torch.set_grad_enabled(False)
             with setup:
@@ -147,6 +151,7 @@ def mlp_graph_threading(dev, dev_name, params, host, threads, warm, seconds, log
                 with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
                     y_dev = forward(x_dev)
                 stream.synchronize()
+            ready.wait()
 
             def call(i):
                 x_pin.copy_(host[(th * THREAD_STRIDE + i) % INPUT_POOL].unsqueeze(0))

@@ -27,7 +27,7 @@ struct RawEvent(CUevent);
 // use one handle from two owners at once (an idle event belongs to the pool alone).
 unsafe impl Send for RawEvent {}
 
-/// How the host waits for an event (`STREAMPOOL_CUDA_WAIT`, default `hybrid`; chosen by
+/// How the host waits for an event (`STREAMPOOL_CUDA_WAIT`, default `spin`; chosen by
 /// measurement, see
 /// `bench/results/cuda-2026-11-23/profile-graphs/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +53,15 @@ impl WaitPolicy {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(30);
+        // Spin by default: with one graph launch per call it gave the best rate at every
+        // thread count from 1 to 64 and the lowest latency (profile-graphs/, call 2).
         match std::env::var("STREAMPOOL_CUDA_WAIT").as_deref() {
             Ok("blocking") => WaitPolicy::Blocking,
             Ok("yield") => WaitPolicy::Yield,
-            Ok("spin") => WaitPolicy::Spin,
-            _ => WaitPolicy::Hybrid {
+            Ok("hybrid") => WaitPolicy::Hybrid {
                 spin: std::time::Duration::from_micros(spin_us),
             },
+            _ => WaitPolicy::Spin,
         }
     }
 }
