@@ -276,14 +276,16 @@ impl BertModel {
         let mut x = self.embeddings.forward(input)?;
         if !keep_all {
             // The layers are pure device work on `x` and the mask: one graph per shape.
-            let out = self.graphs.run("bert-layers", &[&x, mask.additive()], |i| {
-                let mask = AttentionMask::from_additive(i[1].clone())?;
-                let mut x = i[0].clone();
-                for layer in &self.layers {
-                    x = layer.forward(&x, Some(&mask))?;
-                }
-                Ok::<_, Error>(vec![x])
-            })?;
+            let out = self
+                .graphs
+                .run("bert-layers", &[&x, mask.additive()], |i| {
+                    let mask = AttentionMask::from_additive(i[1].clone())?;
+                    let mut x = i[0].clone();
+                    for layer in &self.layers {
+                        x = layer.forward(&x, Some(&mask))?;
+                    }
+                    Ok::<_, Error>(vec![x])
+                })?;
             return Ok(out);
         }
         let mut states = Vec::new();

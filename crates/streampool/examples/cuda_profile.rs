@@ -181,8 +181,9 @@ fn phases(
                         if t0 >= end {
                             return Ok(p);
                         }
-                        let row: Vec<f32> =
-                            (0..256).map(|k| ((t * 31 + i * 7 + k) % 17) as f32 * 0.1).collect();
+                        let row: Vec<f32> = (0..256)
+                            .map(|k| ((t * 31 + i * 7 + k) % 17) as f32 * 0.1)
+                            .collect();
                         i += 1;
                         let (t1, t2) = if let Mode::Host(g) = mode {
                             let t1 = Instant::now();
@@ -211,7 +212,8 @@ fn phases(
                             p.upload += (t1 - t0).as_nanos() as u64;
                             p.forward += (t2 - t1).as_nanos() as u64;
                             p.read_back += (t3 - t2).as_nanos() as u64;
-                            p.latencies.push((t3 - t0).as_nanos().min(u32::MAX as u128) as u32);
+                            p.latencies
+                                .push((t3 - t0).as_nanos().min(u32::MAX as u128) as u32);
                         }
                     }
                 })
@@ -249,7 +251,10 @@ fn print_phases(dev: &Device, mlp: &Mlp) -> Result<()> {
     ];
     let only: Option<String> = std::env::var("PROFILE_MODES").ok();
     for (name, m) in modes {
-        if only.as_deref().is_some_and(|o| !o.split(',').any(|x| x == name)) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|x| x == name))
+        {
             continue;
         }
         let mode = name;
@@ -271,7 +276,11 @@ fn print_phases(dev: &Device, mlp: &Mlp) -> Result<()> {
             );
         }
     }
-    println!("graph caches: {:?} (graph), {:?} (host)", graphs.stats(), host.stats());
+    println!(
+        "graph caches: {:?} (graph), {:?} (host)",
+        graphs.stats(),
+        host.stats()
+    );
     Ok(())
 }
 

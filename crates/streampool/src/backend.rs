@@ -91,12 +91,16 @@ pub(crate) trait BackendStream: Send + Sync {
     /// capture at a time per stream; `body` must only queue work (no host waits or copies).
     fn capture(&self, body: &mut dyn FnMut() -> Result<()>) -> Result<Box<dyn BackendGraph>> {
         let _ = body;
-        Err(crate::Error::Unavailable("graphs: not on this backend".into()))
+        Err(crate::Error::Unavailable(
+            "graphs: not on this backend".into(),
+        ))
     }
     /// Page-locked host memory of `bytes`, for a graph's host inputs and outputs.
     fn alloc_pinned(&self, bytes: usize) -> Result<Box<dyn BackendPinned>> {
         let _ = bytes;
-        Err(crate::Error::Unavailable("pinned memory: not on this backend".into()))
+        Err(crate::Error::Unavailable(
+            "pinned memory: not on this backend".into(),
+        ))
     }
     /// Queues a copy of the first `bytes` of `src` to `dst` (capturable: pinned memory).
     ///
@@ -109,7 +113,9 @@ pub(crate) trait BackendStream: Send + Sync {
         bytes: usize,
     ) -> Result<()> {
         let _ = (src, dst, bytes);
-        Err(crate::Error::Unavailable("pinned memory: not on this backend".into()))
+        Err(crate::Error::Unavailable(
+            "pinned memory: not on this backend".into(),
+        ))
     }
     /// Queues a copy of `bytes` at `src` into `dst` (capturable: pinned memory).
     ///
@@ -122,7 +128,9 @@ pub(crate) trait BackendStream: Send + Sync {
         bytes: usize,
     ) -> Result<()> {
         let _ = (src, dst, bytes);
-        Err(crate::Error::Unavailable("pinned memory: not on this backend".into()))
+        Err(crate::Error::Unavailable(
+            "pinned memory: not on this backend".into(),
+        ))
     }
     /// Queues one replay of `graph` on this stream.
     ///
@@ -131,7 +139,9 @@ pub(crate) trait BackendStream: Send + Sync {
     /// has run (the graph's pool and inputs are kept alive and ordered by the caller).
     unsafe fn launch_graph(&self, graph: &dyn BackendGraph) -> Result<()> {
         let _ = graph;
-        Err(crate::Error::Unavailable("graphs: not on this backend".into()))
+        Err(crate::Error::Unavailable(
+            "graphs: not on this backend".into(),
+        ))
     }
 }
 
@@ -140,12 +150,14 @@ pub(crate) trait BackendPinned: Send + Sync {
     /// The start of the buffer.
     fn ptr(&self) -> *mut u8;
     /// Its length in bytes.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     fn len(&self) -> usize;
 }
 
 /// An instantiated graph of captured stream work.
 pub(crate) trait BackendGraph: Send + Sync {
     /// Downcasting, so a stream can recognise its backend's graphs.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     fn as_any(&self) -> &dyn Any;
 }
 

@@ -28,11 +28,11 @@ use std::collections::{HashMap, VecDeque};
 use crate::allocator::{size_class, Block};
 use crate::backend::{BackendGraph, BackendPinned, DevicePtr};
 use crate::dtype::{as_bytes, as_bytes_mut};
-use crate::sync::{AtomicBool, Ordering};
-use crate::tensor::ZerosLike;
 use crate::kernel::{Kernel, Strided};
 use crate::storage::Storage;
 use crate::sync::{Arc, Mutex};
+use crate::sync::{AtomicBool, Ordering};
+use crate::tensor::ZerosLike;
 use crate::tensor::{launch_on, OutSpec};
 use crate::{DType, Device, Element, Error, Result, Stream, StreamGuard, Tensor};
 
@@ -224,7 +224,12 @@ impl GraphCache {
     ///
     /// `f` may return any error type that a runtime [`Error`] converts into (a model crate's
     /// own error enum), so model code needs no conversion.
-    pub fn run<F, E>(&self, name: &str, inputs: &[&Tensor], f: F) -> std::result::Result<Vec<Tensor>, E>
+    pub fn run<F, E>(
+        &self,
+        name: &str,
+        inputs: &[&Tensor],
+        f: F,
+    ) -> std::result::Result<Vec<Tensor>, E>
     where
         F: Fn(&[Tensor]) -> std::result::Result<Vec<Tensor>, E>,
         E: From<Error> + std::fmt::Display,
@@ -234,7 +239,9 @@ impl GraphCache {
             return f(&owned);
         };
         let device = first.device().clone();
-        if !self.enabled || device.eager_events() || inputs.iter().any(|t| !t.device().same(&device))
+        if !self.enabled
+            || device.eager_events()
+            || inputs.iter().any(|t| !t.device().same(&device))
         {
             return f(&owned);
         }
@@ -246,7 +253,10 @@ impl GraphCache {
             device: device.id(),
             stream: stream.index(),
             name: name.to_string(),
-            inputs: inputs.iter().map(|t| (t.dims().to_vec(), t.dtype())).collect(),
+            inputs: inputs
+                .iter()
+                .map(|t| (t.dims().to_vec(), t.dtype()))
+                .collect(),
         };
         match self.action(&key) {
             Action::Replay(g) => Ok(g.replay(inputs)?),
@@ -264,7 +274,8 @@ impl GraphCache {
                 }
                 Ok(out)
             }
-            Action::Capture(trace) => match Graph::capture(&stream, &trace.sizes, inputs, None, &f) {
+            Action::Capture(trace) => match Graph::capture(&stream, &trace.sizes, inputs, None, &f)
+            {
                 Ok(g) => {
                     let g = Arc::new(g);
                     self.insert(key, Slot::Ready(g.clone()));
@@ -380,7 +391,10 @@ impl GraphCache {
                     .map(|o| o.to_vec::<T>())
                     .collect::<Result<Vec<_>>>()?;
                 if let Hook::Trace { sizes, .. } = hook {
-                    let out_bytes = outs.iter().map(|o| o.elem_count() * o.dtype().size()).collect();
+                    let out_bytes = outs
+                        .iter()
+                        .map(|o| o.elem_count() * o.dtype().size())
+                        .collect();
                     self.insert(key, Slot::Seen(Trace { sizes, out_bytes }));
                 }
                 Ok(values)
@@ -690,7 +704,9 @@ impl Graph {
             return Err(Error::InvalidArgument("graph: not a host graph".into()));
         };
         if self.outputs.iter().any(|o| o.dtype != T::DTYPE) || inputs.len() != io.inputs.len() {
-            return Err(Error::InvalidArgument("graph: inputs or outputs of another type".into()));
+            return Err(Error::InvalidArgument(
+                "graph: inputs or outputs of another type".into(),
+            ));
         }
         // Acquire pairs with the Release below: the last owner's reads are done.
         if io
@@ -704,7 +720,9 @@ impl Graph {
             let src = as_bytes(data);
             if src.len() != *bytes {
                 io.busy.store(false, Ordering::Release);
-                return Err(Error::InvalidArgument("graph: input of another size".into()));
+                return Err(Error::InvalidArgument(
+                    "graph: input of another size".into(),
+                ));
             }
             // SAFETY: the pinned buffer holds `bytes`; we own it (busy flag), and the previous
             // replay that read it has completed (its owner waited before releasing the flag).

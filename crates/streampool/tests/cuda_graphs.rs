@@ -40,7 +40,9 @@ impl Mlp {
     }
     fn run(&self, graphs: &GraphCache, x: &Tensor) -> Vec<f32> {
         let out = graphs
-            .run("mlp", &[x], |i| Ok::<_, streampool::Error>(vec![self.forward(&i[0])?]))
+            .run("mlp", &[x], |i| {
+                Ok::<_, streampool::Error>(vec![self.forward(&i[0])?])
+            })
             .unwrap();
         assert_eq!(out.len(), 1);
         out[0].to_vec::<f32>().unwrap()
@@ -88,7 +90,11 @@ fn replays_from_64_threads_are_correct() {
                 barrier.wait();
                 for it in 0..60 {
                     let k = (it + t) % xs.len();
-                    assert_eq!(mlp.run(&graphs, &xs[k]), want[k], "thread {t} iteration {it}");
+                    assert_eq!(
+                        mlp.run(&graphs, &xs[k]),
+                        want[k],
+                        "thread {t} iteration {it}"
+                    );
                 }
             })
         })
@@ -124,7 +130,11 @@ fn a_closure_that_cannot_be_captured_runs_eagerly() {
     // The device still works after the failed capture.
     assert_eq!(
         x.scale(2.0).unwrap().to_vec::<f32>().unwrap(),
-        x.to_vec::<f32>().unwrap().iter().map(|v| v * 2.0).collect::<Vec<_>>()
+        x.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v * 2.0)
+            .collect::<Vec<_>>()
     );
 }
 

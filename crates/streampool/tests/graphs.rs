@@ -10,9 +10,17 @@ fn graph_cache_on_cpu_runs_the_closure_eagerly() {
     let graphs = GraphCache::new(4);
     for seed in 0..4 {
         let x = Tensor::randn(&[3, 8], 10 + seed, &dev).unwrap();
-        let want = x.matmul(&w).unwrap().gelu().unwrap().to_vec::<f32>().unwrap();
+        let want = x
+            .matmul(&w)
+            .unwrap()
+            .gelu()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
         let got = graphs
-            .run("mm", &[&x], |i| Ok::<_, Error>(vec![i[0].matmul(&w)?.gelu()?]))
+            .run("mm", &[&x], |i| {
+                Ok::<_, Error>(vec![i[0].matmul(&w)?.gelu()?])
+            })
             .unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].to_vec::<f32>().unwrap(), want);
@@ -29,7 +37,9 @@ fn graph_cache_passes_errors_through_and_works_from_threads() {
     let x = Tensor::randn(&[2, 3], 1, &dev).unwrap();
     let y = Tensor::randn(&[4, 5], 2, &dev).unwrap();
     let err = graphs
-        .run("bad", &[&x, &y], |i| Ok::<_, Error>(vec![i[0].matmul(&i[1])?]))
+        .run("bad", &[&x, &y], |i| {
+            Ok::<_, Error>(vec![i[0].matmul(&i[1])?])
+        })
         .err()
         .expect("a shape error");
     assert!(matches!(err, Error::Shape { .. }), "{err}");

@@ -77,7 +77,12 @@ impl Weights {
                 let y = h
                     .matmul(&self.w2)?
                     .bias_act(&self.b2, Activation::Identity)?; // 5
-                Ok::<_, streampool::Error>(vec![y.add_layer_norm(x, &self.gamma, &self.beta, 1e-5)?])
+                Ok::<_, streampool::Error>(vec![y.add_layer_norm(
+                    x,
+                    &self.gamma,
+                    &self.beta,
+                    1e-5,
+                )?])
                 // 6
             })?
             .remove(0);

@@ -102,8 +102,8 @@ impl EventPool {
                 };
                 let flags = match self.wait {
                     WaitPolicy::Blocking | WaitPolicy::Hybrid { .. } => {
-                flags | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
-            }
+                        flags | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+                    }
                     _ => flags,
                 };
                 let mut raw = std::ptr::null_mut();

@@ -128,7 +128,8 @@ impl CudaDevice {
         Ok(Self {
             shared: Arc::new(Shared {
                 staging: std::env::var("STREAMPOOL_CUDA_STAGING").map_or(true, |v| v != "0"),
-                stage_uploads: std::env::var("STREAMPOOL_CUDA_H2D").map_or(true, |v| v != "pageable"),
+                stage_uploads: std::env::var("STREAMPOOL_CUDA_H2D")
+                    .map_or(true, |v| v != "pageable"),
                 wait: event::WaitPolicy::from_env(),
                 ctx,
                 name,

@@ -239,7 +239,9 @@ impl BackendStream for CudaStream {
 
     fn capture(&self, body: &mut dyn FnMut() -> Result<()>) -> Result<Box<dyn BackendGraph>> {
         if !self.is_capture {
-            return Err(Error::InvalidArgument("graphs: capture on a pool stream".into()));
+            return Err(Error::InvalidArgument(
+                "graphs: capture on a pool stream".into(),
+            ));
         }
         // Held for the whole capture: two threads sharing a pool stream share its capture
         // stream, and one capture must never take in another thread's work. `body` only
@@ -284,7 +286,8 @@ impl BackendStream for CudaStream {
         self.bind()?;
         let len = bytes.max(1);
         // SAFETY: a plain pinned host allocation (flags 0) in the bound context.
-        let ptr = unsafe { result::malloc_host(len, 0) }.map_err(|e| driver_err(self.device(), e))?;
+        let ptr =
+            unsafe { result::malloc_host(len, 0) }.map_err(|e| driver_err(self.device(), e))?;
         Ok(Box::new(Pinned {
             ptr: ptr as *mut u8,
             len,
@@ -299,7 +302,9 @@ impl BackendStream for CudaStream {
         bytes: usize,
     ) -> Result<()> {
         if bytes > src.len() {
-            return Err(Error::InvalidArgument("pinned copy larger than its buffer".into()));
+            return Err(Error::InvalidArgument(
+                "pinned copy larger than its buffer".into(),
+            ));
         }
         self.bind()?;
         // SAFETY: `src` is pinned memory of at least `bytes` (checked); `dst` per the caller.
@@ -316,7 +321,9 @@ impl BackendStream for CudaStream {
         bytes: usize,
     ) -> Result<()> {
         if bytes > dst.len() {
-            return Err(Error::InvalidArgument("pinned copy larger than its buffer".into()));
+            return Err(Error::InvalidArgument(
+                "pinned copy larger than its buffer".into(),
+            ));
         }
         self.bind()?;
         // SAFETY: `dst` is pinned memory of at least `bytes` (checked), not read until the copy
@@ -328,10 +335,9 @@ impl BackendStream for CudaStream {
     }
 
     unsafe fn launch_graph(&self, graph: &dyn BackendGraph) -> Result<()> {
-        let graph = graph
-            .as_any()
-            .downcast_ref::<CudaGraph>()
-            .ok_or_else(|| Error::InvalidArgument("launch_graph: graph of another backend".into()))?;
+        let graph = graph.as_any().downcast_ref::<CudaGraph>().ok_or_else(|| {
+            Error::InvalidArgument("launch_graph: graph of another backend".into())
+        })?;
         self.bind()?;
         // SAFETY: the executable graph is live (we hold it); memory it touches is kept valid
         // by the caller.
