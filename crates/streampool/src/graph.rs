@@ -156,7 +156,9 @@ struct CacheState {
 /// let x = Tensor::randn(&[2, 4], 2, &dev).unwrap();
 /// for _ in 0..3 {
 ///     // Eager on the CPU; captured on the second call and replayed after that on CUDA.
-///     let y = graphs.run("matmul", &[&x], |ins| Ok(vec![ins[0].matmul(&w)?])).unwrap();
+///     let y = graphs
+///         .run("matmul", &[&x], |ins| Ok::<_, streampool::Error>(vec![ins[0].matmul(&w)?]))
+///         .unwrap();
 ///     assert_eq!(y[0].dims(), &[2, 4]);
 /// }
 /// ```
