@@ -4,7 +4,8 @@
 //! A graph's stream (slot 1) has one replay in flight that writes a pool block; the graph is
 //! dropped and hands the block back while a thread on slot 2 allocates the same size. If
 //! slot 2 gets that block, its write must happen after the replay's (loom checks the
-//! causality of the `UnsafeCell` accesses); otherwise it gets fresh memory.
+//! causality of the `UnsafeCell` accesses); otherwise it gets fresh memory. (Checked to catch
+//! the bug: handing the block back with no guard fails this model with a causality violation.)
 
 use std::any::Any;
 use std::time::Duration;
