@@ -40,8 +40,7 @@ fn graph_cache_passes_errors_through_and_works_from_threads() {
         .run("bad", &[&x, &y], |i| {
             Ok::<_, Error>(vec![i[0].matmul(&i[1])?])
         })
-        .err()
-        .expect("a shape error");
+        .expect_err("a shape error");
     assert!(matches!(err, Error::Shape { .. }), "{err}");
     let handles: Vec<_> = (0..4)
         .map(|t| {

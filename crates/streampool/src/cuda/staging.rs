@@ -191,7 +191,7 @@ impl UploadRing {
             at = ((at / UPLOAD_SEGMENT + 1) % UPLOAD_SEGMENTS) * UPLOAD_SEGMENT;
         }
         let seg = at / UPLOAD_SEGMENT;
-        if at % UPLOAD_SEGMENT == 0 {
+        if at.is_multiple_of(UPLOAD_SEGMENT) {
             // Entering `seg`: it must be idle, and the segment we leave gets its fence now,
             // after every copy from it has been queued.
             if !self.segment_free(seg) {
