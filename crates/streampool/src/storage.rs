@@ -147,11 +147,15 @@ impl Drop for Storage {
         if self.graph_owned {
             return; // the graph's pool holds the block until the graph is dropped
         }
-        let uses = self.used_slots();
-        let pool = self.device.pool();
-        if !self.device.eager_events() && uses == [block.stream] {
+        // The common case, checked without building the list of users (a heap allocation
+        // per freed tensor): used by its own stream only. The lock is uncontended: we are the
+        // last owner.
+        let own_only = block.stream < MASK_SLOTS
+            && self.uses.load(Ordering::Relaxed) == 1u64 << block.stream
+            && self.track.lock().more_uses.is_empty();
+        if !self.device.eager_events() && own_only {
             // Used only on its own stream: no event now (see `CachingAllocator::free_lazy`).
-            match pool.get(block.stream) {
+            match self.device.pool().get(block.stream) {
                 Ok(stream) => self.device.allocator().free_lazy(block, stream),
                 Err(e) => {
                     tracing::error!(error = %e, "lost a stream; leaking {} bytes", block.size)
@@ -159,6 +163,8 @@ impl Drop for Storage {
             }
             return;
         }
+        let uses = self.used_slots();
+        let pool = self.device.pool();
         let mut guards = Vec::with_capacity(uses.len());
         for s in uses {
             match pool.get(s).and_then(|st| st.record(false)) {
