@@ -118,6 +118,55 @@ def record(dev_name, workload, scenario, rows, calls, secs, lat, **extra):
     return r
 
 
+def mlp_graph_threading(dev, dev_name, params, host, threads, warm, seconds, log):
+    """The MLP as the best PyTorch user would write it for one-row calls (`--mlp-graph`): each
+    thread has its own stream and its own CUDA graph of the forward (captured once, in
+    thread-local capture mode so other threads keep running), static pinned host buffers and
+    `non_blocking` copies, and waits on its own stream only. Scenario `threading-graph`."""
+    w1, b1, w2, b2 = params
+
+    def forward(x):
+        return torch.nn.functional.gelu(x @ w1 + b1) @ w2 + b2
+
+    # Capture (with its warm-up and device-wide synchronize) is serialized: another thread's
+    # `torch.cuda.synchronize` during a capture is an error even in thread-local mode.
+    setup = threading.Lock()
+    for t in threads:
+        # No thread runs calls until every thread has captured: a capture is invalidated by
+        # work other threads queue meanwhile (seen on the H100 with thread-local mode).
+        ready = threading.Barrier(t)
+
+        def make(th):
+            torch.set_grad_enabled(False)
+            with setup:
+                stream = torch.cuda.Stream(device=dev)
+                x_pin = torch.empty(1, MLP_IN, pin_memory=True)
+                y_pin = torch.empty(1, MLP_IN, pin_memory=True)
+                with torch.cuda.stream(stream):
+                    x_dev = torch.zeros(1, MLP_IN, device=dev)
+                    for _ in range(3):  # warm-up on the capture stream, as PyTorch asks
+                        forward(x_dev)
+                stream.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                    y_dev = forward(x_dev)
+                stream.synchronize()
+            ready.wait()
+
+            def call(i):
+                x_pin.copy_(host[(th * THREAD_STRIDE + i) % INPUT_POOL].unsqueeze(0))
+                with torch.cuda.stream(stream):
+                    x_dev.copy_(x_pin, non_blocking=True)
+                    graph.replay()
+                    y_pin.copy_(y_dev, non_blocking=True)
+                stream.synchronize()
+                return y_pin.clone()
+            return call
+        n, secs, lat, err = closed_loop(t, warm, seconds, make)
+        log(record(dev_name, "mlp", "threading-graph", 1, n, secs, lat, threads=t,
+                   errors=err or None, note="CUDA graph per thread, pinned non_blocking copies"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
@@ -129,6 +178,8 @@ def main():
     p.add_argument("--minilm", default=None, help="sentence-transformers model folder")
     p.add_argument("--out", default="bench/results/latest")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--mlp-graph", action="store_true",
+                   help="also run the MLP threading scenario with a CUDA graph per thread (cuda)")
     a = p.parse_args()
 
     gpu = a.device.startswith("cuda")
@@ -192,6 +243,8 @@ def main():
                     return call
                 n, secs, lat, err = closed_loop(t, warm, seconds, make)
                 log(record(dev_name, "mlp", "threading", 1, n, secs, lat, threads=t, errors=err or None))
+            if a.mlp_graph and gpu:
+                mlp_graph_threading(dev, dev_name, (w1, b1, w2, b2), host, threads, warm, seconds, log)
         sync()
 
     enc = [w for w in workloads if w.startswith("minilm")]

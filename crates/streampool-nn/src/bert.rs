@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use streampool::{Device, Tensor};
+use std::sync::Arc;
+
+use streampool::{Device, GraphCache, Tensor};
 
 use crate::layers::{AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer};
 use crate::weights::{HostTensor, WeightFile};
@@ -188,7 +190,13 @@ pub struct BertModel {
     embeddings: BertEmbeddings,
     layers: Vec<TransformerEncoderLayer>,
     device: Device,
+    /// The encoder layers as one CUDA graph per (stream, batch and length bucket); eager
+    /// where the device has no graphs. Shared by clones (same weights).
+    graphs: Arc<GraphCache>,
 }
+
+/// Graph keys (stream x shape) kept per model.
+const GRAPHS_KEPT: usize = 256;
 
 impl BertModel {
     /// Loads `dir/config.json` and `dir/model.safetensors` onto `device`.
@@ -230,6 +238,7 @@ impl BertModel {
             embeddings,
             layers,
             device: device.clone(),
+            graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
         })
     }
 
@@ -265,6 +274,20 @@ impl BertModel {
             &self.device,
         )?;
         let mut x = self.embeddings.forward(input)?;
+        if !keep_all {
+            // The layers are pure device work on `x` and the mask: one graph per shape.
+            let out = self
+                .graphs
+                .run("bert-layers", &[&x, mask.additive()], |i| {
+                    let mask = AttentionMask::from_additive(i[1].clone())?;
+                    let mut x = i[0].clone();
+                    for layer in &self.layers {
+                        x = layer.forward(&x, Some(&mask))?;
+                    }
+                    Ok::<_, Error>(vec![x])
+                })?;
+            return Ok(out);
+        }
         let mut states = Vec::new();
         for layer in &self.layers {
             let next = layer.forward(&x, Some(&mask))?;

@@ -65,6 +65,89 @@ pub(crate) trait BackendStream: Send + Sync {
     /// # Safety
     /// `src` is valid for `dst.len()` bytes.
     unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
+
+    /// Whether the backend can capture graphs (else callers run eagerly).
+    fn has_graphs(&self) -> bool {
+        false
+    }
+    /// A private stream for capturing graphs that will replay on this one (`None` where the
+    /// backend has no graphs: callers then run eagerly). Created once, ready to capture (its
+    /// library handles exist), and used only by the thread that captures.
+    fn capture_stream(&self) -> Result<Option<Arc<dyn BackendStream>>> {
+        Ok(None)
+    }
+    /// Captures what `body` queues on this (capture) stream into an instantiated graph. One
+    /// capture at a time per stream; `body` must only queue work (no host waits or copies).
+    fn capture(&self, body: &mut dyn FnMut() -> Result<()>) -> Result<Box<dyn BackendGraph>> {
+        let _ = body;
+        Err(crate::Error::Unavailable(
+            "graphs: not on this backend".into(),
+        ))
+    }
+    /// Page-locked host memory of `bytes`, for a graph's host inputs and outputs.
+    fn alloc_pinned(&self, bytes: usize) -> Result<Box<dyn BackendPinned>> {
+        let _ = bytes;
+        Err(crate::Error::Unavailable(
+            "pinned memory: not on this backend".into(),
+        ))
+    }
+    /// Queues a copy of the first `bytes` of `src` to `dst` (capturable: pinned memory).
+    ///
+    /// # Safety
+    /// `dst` is valid for `bytes`; `src` holds `bytes` and is not written until the copy ran.
+    unsafe fn copy_pinned_to_device(
+        &self,
+        src: &dyn BackendPinned,
+        dst: DevicePtr,
+        bytes: usize,
+    ) -> Result<()> {
+        let _ = (src, dst, bytes);
+        Err(crate::Error::Unavailable(
+            "pinned memory: not on this backend".into(),
+        ))
+    }
+    /// Queues a copy of `bytes` at `src` into `dst` (capturable: pinned memory).
+    ///
+    /// # Safety
+    /// `src` is valid for `bytes`; `dst` holds `bytes` and is not read until the copy ran.
+    unsafe fn copy_device_to_pinned(
+        &self,
+        src: DevicePtr,
+        dst: &dyn BackendPinned,
+        bytes: usize,
+    ) -> Result<()> {
+        let _ = (src, dst, bytes);
+        Err(crate::Error::Unavailable(
+            "pinned memory: not on this backend".into(),
+        ))
+    }
+    /// Queues one replay of `graph` on this stream.
+    ///
+    /// # Safety
+    /// Every address the graph touches is valid and not used by other work until the replay
+    /// has run (the graph's pool and inputs are kept alive and ordered by the caller).
+    unsafe fn launch_graph(&self, graph: &dyn BackendGraph) -> Result<()> {
+        let _ = graph;
+        Err(crate::Error::Unavailable(
+            "graphs: not on this backend".into(),
+        ))
+    }
+}
+
+/// A page-locked host buffer (see [`BackendStream::alloc_pinned`]).
+pub(crate) trait BackendPinned: Send + Sync {
+    /// The start of the buffer.
+    fn ptr(&self) -> *mut u8;
+    /// Its length in bytes.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn len(&self) -> usize;
+}
+
+/// An instantiated graph of captured stream work.
+pub(crate) trait BackendGraph: Send + Sync {
+    /// Downcasting, so a stream can recognise its backend's graphs.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A point in a stream's queue.

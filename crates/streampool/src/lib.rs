@@ -42,6 +42,7 @@ mod device_ptr;
 mod dtype;
 mod error;
 mod event;
+mod graph;
 pub mod kernel;
 mod kernel_cache;
 mod storage;
@@ -55,6 +56,8 @@ mod wgpu;
 
 // Test-only: other crates' loom builds compile this library without its tests.
 #[cfg(all(loom, test))]
+mod graph_loom_tests;
+#[cfg(all(loom, test))]
 mod loom_tests;
 
 #[cfg(feature = "wgpu")]
@@ -66,6 +69,7 @@ pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use event::Event;
+pub use graph::{GraphCache, GraphStats};
 pub use kernel::{Activation, MatmulMath};
 pub use kernel_cache::KernelCache;
 pub use stream::Stream;

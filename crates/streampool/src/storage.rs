@@ -37,6 +37,8 @@ pub(crate) struct Storage {
     write_done: AtomicBool,
     /// Held to record or fetch the lazy write event and for slots past the mask; briefly.
     track: Mutex<Track>,
+    /// The block belongs to a graph's pool (`crate::graph`): the graph gives it back, not us.
+    graph_owned: bool,
 }
 
 impl Storage {
@@ -57,6 +59,7 @@ impl Storage {
                 write_event,
                 more_uses: Vec::new(),
             }),
+            graph_owned: false,
         };
         storage.note_use(writer.index());
         storage
@@ -65,6 +68,12 @@ impl Storage {
     /// Sets the write event once the producing work has been queued (eager-event policy).
     pub(crate) fn with_write_event(self, event: Arc<dyn BackendEvent>) -> Self {
         self.track.lock().write_event = Some(event);
+        self
+    }
+
+    /// Marks the block as graph-pool memory: dropping the storage leaves it to the graph.
+    pub(crate) fn graph_owned(mut self) -> Self {
+        self.graph_owned = true;
         self
     }
 
@@ -135,11 +144,18 @@ impl Drop for Storage {
         let Some(block) = self.block.take() else {
             return;
         };
-        let uses = self.used_slots();
-        let pool = self.device.pool();
-        if !self.device.eager_events() && uses == [block.stream] {
+        if self.graph_owned {
+            return; // the graph's pool holds the block until the graph is dropped
+        }
+        // The common case, checked without building the list of users (a heap allocation
+        // per freed tensor): used by its own stream only. The lock is uncontended: we are the
+        // last owner.
+        let own_only = block.stream < MASK_SLOTS
+            && self.uses.load(Ordering::Relaxed) == 1u64 << block.stream
+            && self.track.lock().more_uses.is_empty();
+        if !self.device.eager_events() && own_only {
             // Used only on its own stream: no event now (see `CachingAllocator::free_lazy`).
-            match pool.get(block.stream) {
+            match self.device.pool().get(block.stream) {
                 Ok(stream) => self.device.allocator().free_lazy(block, stream),
                 Err(e) => {
                     tracing::error!(error = %e, "lost a stream; leaking {} bytes", block.size)
@@ -147,6 +163,8 @@ impl Drop for Storage {
             }
             return;
         }
+        let uses = self.used_slots();
+        let pool = self.device.pool();
         let mut guards = Vec::with_capacity(uses.len());
         for s in uses {
             match pool.get(s).and_then(|st| st.record(false)) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use streampool::{Activation, Device, Tensor};
+use streampool::{Activation, Device, GraphCache, Tensor};
 
 /// Arguments of `streampool soak`.
 #[derive(clap::Args)]
@@ -46,6 +46,9 @@ struct Weights {
     b2: Tensor,
     gamma: Tensor,
     beta: Tensor,
+    /// The model forward runs through graphs (per stream and row count) where the device has
+    /// them: replays are checked against the same references (`STREAMPOOL_GRAPHS=0`: off).
+    graphs: GraphCache,
 }
 
 impl Weights {
@@ -57,6 +60,7 @@ impl Weights {
             b2: Tensor::randn(&[64], 14, dev)?,
             gamma: Tensor::rand_uniform(&[64], 0.5, 1.5, 15, dev)?,
             beta: Tensor::randn(&[64], 16, dev)?,
+            graphs: GraphCache::new(512),
         })
     }
 
@@ -65,11 +69,23 @@ impl Weights {
     fn run(&self, dev: &Device, variant: usize) -> Result<Vec<f32>> {
         let rows = 1 + variant % 8;
         let x = Tensor::randn(&[rows, 64], variant as u64, dev)?; // 1
-        let h = x.matmul(&self.w1)?.bias_act(&self.b1, Activation::Gelu)?; // 3
-        let y = h
-            .matmul(&self.w2)?
-            .bias_act(&self.b2, Activation::Identity)?; // 5
-        let z = y.add_layer_norm(&x, &self.gamma, &self.beta, 1e-5)?; // 6
+        let z = self
+            .graphs
+            .run("soak-forward", &[&x], |i| {
+                let x = &i[0];
+                let h = x.matmul(&self.w1)?.bias_act(&self.b1, Activation::Gelu)?; // 3
+                let y = h
+                    .matmul(&self.w2)?
+                    .bias_act(&self.b2, Activation::Identity)?; // 5
+                Ok::<_, streampool::Error>(vec![y.add_layer_norm(
+                    x,
+                    &self.gamma,
+                    &self.beta,
+                    1e-5,
+                )?])
+                // 6
+            })?
+            .remove(0);
         let s = z.softmax()?; // 7
         let t = s.t()?.contiguous()?; // 8
         let m = t.mul(&t)?.sum(1, true)?; // 10

@@ -55,6 +55,24 @@ impl AttentionMask {
         })
     }
 
+    /// The mask from its additive `[batch, 1, 1, seq]` tensor (as made by [`Self::new`]).
+    pub fn from_additive(additive: Tensor) -> Result<Self> {
+        let (batch, seq) = match *additive.dims() {
+            [batch, 1, 1, seq] => (batch, seq),
+            _ => {
+                return Err(Error::Input(format!(
+                    "additive attention mask of shape {:?}, expected [batch, 1, 1, seq]",
+                    additive.dims()
+                )))
+            }
+        };
+        Ok(Self {
+            additive,
+            batch,
+            seq,
+        })
+    }
+
     /// The additive `[batch, 1, 1, seq]` tensor.
     pub fn additive(&self) -> &Tensor {
         &self.additive

@@ -27,19 +27,60 @@ struct RawEvent(CUevent);
 // use one handle from two owners at once (an idle event belongs to the pool alone).
 unsafe impl Send for RawEvent {}
 
+/// How the host waits for an event (`STREAMPOOL_CUDA_WAIT`, default `spin`; chosen by
+/// measurement, see
+/// `bench/results/cuda-2026-11-23/profile-graphs/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitPolicy {
+    /// `cuEventSynchronize` on a default event: the driver spins (or yields, per the
+    /// context's scheduling flags).
+    Spin,
+    /// Events created with `CU_EVENT_BLOCKING_SYNC`: the waiting thread sleeps until the GPU
+    /// signals, leaving the CPU to launching threads.
+    Blocking,
+    /// Poll `cuEventQuery`, yielding the CPU between polls.
+    Yield,
+    /// Poll for up to `spin` (`STREAMPOOL_CUDA_SPIN_US`, default 30 us: a small call's
+    /// read-back completes within that), then sleep as `Blocking` does: short waits keep
+    /// spin latency, long ones (many more threads than cores) free the CPU.
+    Hybrid { spin: std::time::Duration },
+}
+
+impl WaitPolicy {
+    /// From `STREAMPOOL_CUDA_WAIT` (`spin`, `blocking`, `yield`); default `spin`.
+    pub(crate) fn from_env() -> Self {
+        let spin_us = std::env::var("STREAMPOOL_CUDA_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30);
+        // Spin by default: with one graph launch per call it gave the best rate at every
+        // thread count from 1 to 64 and the lowest latency (profile-graphs/, call 2).
+        match std::env::var("STREAMPOOL_CUDA_WAIT").as_deref() {
+            Ok("blocking") => WaitPolicy::Blocking,
+            Ok("yield") => WaitPolicy::Yield,
+            Ok("hybrid") => WaitPolicy::Hybrid {
+                spin: std::time::Duration::from_micros(spin_us),
+            },
+            _ => WaitPolicy::Spin,
+        }
+    }
+}
+
 /// Idle events of one stream, with and without timing.
 pub(crate) struct EventPool {
     ctx: Arc<CudaContext>,
     device: String,
+    wait: WaitPolicy,
     /// Idle events `[untimed, timed]`. Held only to push or pop one handle.
     idle: [Mutex<Vec<RawEvent>>; 2],
 }
 
 impl EventPool {
-    pub(crate) fn new(ctx: Arc<CudaContext>, device: String) -> Self {
+    pub(crate) fn new(ctx: Arc<CudaContext>, device: String, wait: WaitPolicy) -> Self {
         Self {
             ctx,
             device,
+            wait,
             idle: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
         }
     }
@@ -54,12 +95,23 @@ impl EventPool {
             Some(raw) => raw,
             None => {
                 let flags = if timing {
-                    CUevent_flags::CU_EVENT_DEFAULT
+                    CUevent_flags::CU_EVENT_DEFAULT as u32
                 } else {
                     // Timing costs a timestamp write per record; only `Event::record` asks for it.
-                    CUevent_flags::CU_EVENT_DISABLE_TIMING
+                    CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
                 };
-                RawEvent(result::event::create(flags).map_err(|e| driver_err(&self.device, e))?)
+                let flags = match self.wait {
+                    WaitPolicy::Blocking | WaitPolicy::Hybrid { .. } => {
+                        flags | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+                    }
+                    _ => flags,
+                };
+                let mut raw = std::ptr::null_mut();
+                // SAFETY: `raw` is a valid out-pointer; the context is bound by the caller.
+                unsafe { sys::cuEventCreate(&mut raw, flags) }
+                    .result()
+                    .map_err(|e| driver_err(&self.device, e))?;
+                RawEvent(raw)
             }
         };
         let event = CudaEvent {
@@ -130,6 +182,28 @@ impl BackendEvent for CudaEvent {
 
     fn synchronize(&self) -> Result<()> {
         super::bind(&self.pool.ctx).map_err(|e| driver_err(self.pool.device(), e))?;
+        if let WaitPolicy::Hybrid { spin } = self.pool.wait {
+            let start = std::time::Instant::now();
+            loop {
+                // SAFETY: the event is live (we hold it).
+                match unsafe { sys::cuEventQuery(self.raw.0) } {
+                    CUresult::CUDA_ERROR_NOT_READY if start.elapsed() < spin => {
+                        std::hint::spin_loop()
+                    }
+                    CUresult::CUDA_ERROR_NOT_READY => break, // sleep below
+                    r => return r.result().map_err(|e| driver_err(self.pool.device(), e)),
+                }
+            }
+        }
+        if self.pool.wait == WaitPolicy::Yield {
+            loop {
+                // SAFETY: the event is live (we hold it).
+                match unsafe { sys::cuEventQuery(self.raw.0) } {
+                    CUresult::CUDA_ERROR_NOT_READY => std::thread::yield_now(),
+                    r => return r.result().map_err(|e| driver_err(self.pool.device(), e)),
+                }
+            }
+        }
         // SAFETY: the event is live (we hold it).
         unsafe { result::event::synchronize(self.raw.0) }
             .map_err(|e| driver_err(self.pool.device(), e))

@@ -6,7 +6,7 @@
 //! | device    | the GPU's primary context ([`CudaDevice`])                                |
 //! | stream    | a non-blocking `CUstream` per pool slot, created lazily ([`stream`])      |
 //! | event     | a `CUevent` recycled by its stream, untimed unless asked ([`event`])      |
-//! | copies    | small device-to-host ones staged through pinned buffers ([`staging`])     |
+//! | copies    | small ones staged through pinned buffers and an upload ring ([`staging`]) |
 //! | memory    | plain `cuMemAlloc` / `cuMemFree` under the caching allocator               |
 //! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`kernels`])             |
 //! | matmul    | cuBLAS, one handle and workspace per stream ([`blas`])                    |
@@ -49,6 +49,11 @@ pub(crate) struct Shared {
     /// Whether small device-to-host copies are staged through pinned buffers (default on;
     /// `STREAMPOOL_CUDA_STAGING=0` turns it off, to compare).
     pub(crate) staging: bool,
+    /// Whether small host-to-device copies go through each stream's pinned upload ring
+    /// (default on; `STREAMPOOL_CUDA_H2D=pageable` turns it off, to compare).
+    pub(crate) stage_uploads: bool,
+    /// How the host waits for events (`STREAMPOOL_CUDA_WAIT`).
+    pub(crate) wait: event::WaitPolicy,
     /// NVRTC modules, built once per device and shared by every stream and thread.
     pub(crate) kernels: KernelCache<&'static str, kernels::Module>,
 }
@@ -123,6 +128,9 @@ impl CudaDevice {
         Ok(Self {
             shared: Arc::new(Shared {
                 staging: std::env::var("STREAMPOOL_CUDA_STAGING").map_or(true, |v| v != "0"),
+                stage_uploads: std::env::var("STREAMPOOL_CUDA_H2D")
+                    .map_or(true, |v| v != "pageable"),
+                wait: event::WaitPolicy::from_env(),
                 ctx,
                 name,
                 kernels: KernelCache::new(),

@@ -122,3 +122,113 @@ impl Drop for Buffer {
         let _ = unsafe { result::free_host(self.ptr as *mut _) };
     }
 }
+
+/// Bytes of one segment of an upload ring; uploads larger than this take the pageable path.
+pub(crate) const UPLOAD_SEGMENT: usize = 64 << 10;
+/// Segments per upload ring (so at most 512 KiB of pinned memory per stream).
+const UPLOAD_SEGMENTS: usize = 8;
+
+/// A stream's ring of pinned memory for host-to-device uploads.
+///
+/// A pageable `cuMemcpyHtoDAsync` synchronizes the whole stream before it copies ("API
+/// synchronization behavior", CUDA driver API docs), which is what made the bench's call
+/// collapse with threads (bench/results/cuda-2026-11-23/scaling/). From pinned memory the copy
+/// is a plain DMA on the stream. The ring hands out consecutive regions; when the write head
+/// leaves a segment, one event recorded on the stream marks the end of every copy from it,
+/// so an upload costs a host `memcpy` and one driver call, and an event is recorded once per
+/// [`UPLOAD_SEGMENT`] bytes rather than per copy. A segment is reused only once its event
+/// has completed; if it has not (the GPU is far behind), the upload takes the pageable path
+/// instead of waiting, so pinned memory stays bounded.
+pub(crate) struct UploadRing {
+    ptr: *mut u8,
+    /// Write offset into the ring.
+    head: usize,
+    /// Per segment: the event recorded after the last copy from it, until known complete.
+    fences: Vec<Option<super::event::CudaEvent>>,
+    /// The segment being filled (its copies have no fence yet).
+    open: Option<usize>,
+}
+
+// SAFETY: the ring's pinned memory is owned by this value and only touched under the owning
+// stream's mutex (`CudaStream::uploads`), one thread at a time.
+unsafe impl Send for UploadRing {}
+
+impl UploadRing {
+    /// A ring of `UPLOAD_SEGMENTS x UPLOAD_SEGMENT` pinned bytes (context bound by the caller).
+    pub(crate) fn new(device: &str) -> Result<Self> {
+        // SAFETY: a plain pinned host allocation (flags 0) in the bound context.
+        let ptr = unsafe { result::malloc_host(UPLOAD_SEGMENT * UPLOAD_SEGMENTS, 0) }
+            .map_err(|e| driver_err(device, e))?;
+        Ok(Self {
+            ptr: ptr as *mut u8,
+            head: 0,
+            fences: (0..UPLOAD_SEGMENTS).map(|_| None).collect(),
+            open: None,
+        })
+    }
+
+    /// A pinned region holding a copy of `src`, or `None` when `src` does not fit a segment or
+    /// the segment it would use is still being copied from. `fence` records an event on the
+    /// stream (after every copy queued so far), called when the head leaves a segment.
+    ///
+    /// The caller must queue the copy from the returned region before anyone calls this
+    /// again (the stream's upload lock is held across both), so the fence recorded when the
+    /// head moves on covers it.
+    pub(crate) fn stage(
+        &mut self,
+        src: &[u8],
+        fence: impl FnOnce() -> Result<super::event::CudaEvent>,
+    ) -> Result<Option<&[u8]>> {
+        let len = src.len();
+        if len == 0 || len > UPLOAD_SEGMENT {
+            return Ok(None);
+        }
+        // 256-byte alignment keeps every copy's source DMA-friendly.
+        let len_aligned = (len + 255) & !255;
+        let mut at = self.head;
+        if at % UPLOAD_SEGMENT + len_aligned > UPLOAD_SEGMENT {
+            // Does not fit the rest of this segment: start the next one.
+            at = ((at / UPLOAD_SEGMENT + 1) % UPLOAD_SEGMENTS) * UPLOAD_SEGMENT;
+        }
+        let seg = at / UPLOAD_SEGMENT;
+        if at.is_multiple_of(UPLOAD_SEGMENT) {
+            // Entering `seg`: it must be idle, and the segment we leave gets its fence now,
+            // after every copy from it has been queued.
+            if !self.segment_free(seg) {
+                return Ok(None);
+            }
+            if let Some(prev) = self.open {
+                self.fences[prev] = Some(fence()?);
+            }
+            self.open = Some(seg);
+        }
+        self.head = (at + len_aligned) % (UPLOAD_SEGMENTS * UPLOAD_SEGMENT);
+        // SAFETY: `[at, at + len)` lies inside one segment of the allocation (`len_aligned` fits
+        // the rest of the segment) and no copy reads it: the segment was idle when entered,
+        // and regions handed out since are disjoint.
+        let region = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) };
+        region.copy_from_slice(src);
+        Ok(Some(region))
+    }
+
+    /// Whether segment `i` has no copy pending; drops its fence once complete.
+    fn segment_free(&mut self, i: usize) -> bool {
+        use crate::backend::BackendEvent;
+        match &self.fences[i] {
+            None => true,
+            Some(e) if e.query() => {
+                self.fences[i] = None;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
+impl Drop for UploadRing {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `malloc_host`; the owning stream synchronizes before its
+        // fields drop (`CudaStream::drop`), so no copy reads the ring any more.
+        let _ = unsafe { result::free_host(self.ptr as *mut _) };
+    }
+}

@@ -79,16 +79,14 @@ pub(crate) fn launch_on(
     for t in inputs {
         t.0.storage.prepare_use(stream)?;
     }
+    crate::graph::note_inputs(device, inputs);
     let mut blocks = Vec::with_capacity(outs.len());
     for o in &outs {
         let bytes = checked_byte_size("alloc", &o.shape, o.dtype.size())?;
-        blocks.push(
-            device
-                .allocator()
-                .alloc(bytes, stream.index(), stream.inner.as_ref())?,
-        );
+        // From the caching allocator, or from a graph's pool while this thread captures one.
+        blocks.push(crate::graph::alloc(device, bytes, stream)?);
     }
-    let ptrs: Vec<DevicePtr> = blocks.iter().map(|b| b.ptr).collect();
+    let ptrs: Vec<DevicePtr> = blocks.iter().map(|(b, _)| b.ptr).collect();
     let kernel = build(&ptrs);
     // SAFETY: input pointers are alive (we hold the tensors, and the allocator will not reuse
     // their blocks until this stream passes the guard recorded when they are freed); outputs
@@ -102,12 +100,14 @@ pub(crate) fn launch_on(
     let tensors = blocks
         .into_iter()
         .zip(outs)
-        .map(|(b, o)| {
-            Tensor::from_storage(
-                Storage::new(device.clone(), b, stream, event.clone()),
-                o.shape,
-                o.dtype,
-            )
+        .map(|((b, pooled), o)| {
+            let storage = Storage::new(device.clone(), b, stream, event.clone());
+            let storage = if pooled {
+                storage.graph_owned()
+            } else {
+                storage
+            };
+            Tensor::from_storage(storage, o.shape, o.dtype)
         })
         .collect();
     launched?;
@@ -115,12 +115,16 @@ pub(crate) fn launch_on(
 }
 
 impl Tensor {
-    fn from_storage(storage: Storage, shape: Vec<usize>, dtype: DType) -> Tensor {
+    pub(crate) fn from_storage(storage: Storage, shape: Vec<usize>, dtype: DType) -> Tensor {
         Tensor(Arc::new(TensorInner {
             storage: Arc::new(storage),
             layout: Layout::contiguous(&shape),
             dtype,
         }))
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.0.storage
     }
 
     /// A view sharing this tensor's storage with another layout.
