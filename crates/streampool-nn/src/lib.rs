@@ -47,6 +47,7 @@
 
 mod bert;
 mod config;
+mod dtype;
 mod embedder;
 mod error;
 pub mod layers;
@@ -57,6 +58,7 @@ mod weights;
 
 pub use bert::{BertInput, BertModel};
 pub use config::BertConfig;
+pub use dtype::ComputeDType;
 pub use embedder::SentenceEmbedder;
 pub use error::{Error, Result};
 pub use layers::{
