@@ -4,11 +4,11 @@ use std::path::Path;
 
 use std::sync::Arc;
 
-use streampool::{Device, GraphCache, Tensor};
+use streampool::{Device, DeviceKind, GraphCache, Tensor};
 
 use crate::layers::{AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer};
 use crate::weights::{HostTensor, WeightFile};
-use crate::{BertConfig, Error, Result};
+use crate::{BertConfig, ComputeDType, Error, Result};
 
 /// One batch of token ids for a BERT model: row-major `[batch, seq]` arrays, padded on the
 /// right, with an attention mask of 1 (token) and 0 (padding).
@@ -148,6 +148,16 @@ impl BertEmbeddings {
         })
     }
 
+    fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        Ok(Self {
+            word: self.word.with_dtype(dtype)?,
+            position: self.position.with_dtype(dtype)?,
+            token_type: self.token_type.with_dtype(dtype)?,
+            position_type0: self.position_type0.to_dtype(dtype.dtype())?,
+            norm: self.norm.with_dtype(dtype)?,
+        })
+    }
+
     fn forward(&self, input: &BertInput) -> Result<Tensor> {
         let (b, s) = (input.batch_size, input.seq_len);
         if s > self.position.rows() {
@@ -173,6 +183,10 @@ impl BertEmbeddings {
 /// read-only after load, so one `Arc<BertModel>` serves any number of threads, each running
 /// on its own stream; `forward` takes `&self` and no lock.
 ///
+/// Weights and activations are in the [`ComputeDType`] given to [`Self::load_with`] (f32 for
+/// [`Self::load`]); the hidden states [`Self::forward`] returns are in that dtype's
+/// [`ComputeDType::dtype`] (`Tensor::to_dtype(DType::F32)` converts them).
+///
 /// The pooler (`pooler.dense`) is not loaded: sentence embeddings use mean pooling
 /// ([`crate::SentenceEmbedder`]).
 ///
@@ -190,6 +204,7 @@ pub struct BertModel {
     embeddings: BertEmbeddings,
     layers: Vec<TransformerEncoderLayer>,
     device: Device,
+    dtype: ComputeDType,
     /// The encoder layers as one CUDA graph per (stream, batch and length bucket); eager
     /// where the device has no graphs. Shared by clones (same weights).
     graphs: Arc<GraphCache>,
@@ -199,11 +214,63 @@ pub struct BertModel {
 const GRAPHS_KEPT: usize = 256;
 
 impl BertModel {
-    /// Loads `dir/config.json` and `dir/model.safetensors` onto `device`.
+    /// Loads `dir/config.json` and `dir/model.safetensors` onto `device`, in f32.
     pub fn load(device: &Device, dir: impl AsRef<Path>) -> Result<Self> {
+        Self::load_with(device, dir, ComputeDType::F32)
+    }
+
+    /// Loads `dir/config.json` and `dir/model.safetensors` onto `device` and converts the
+    /// weights to `dtype` once. The wgpu backend runs `ComputeDType::F32` only: the others
+    /// fail here with [`Error::Input`].
+    ///
+    /// ```
+    /// use streampool::{DType, Device};
+    /// use streampool_nn::{tiny_bert_dir, BertInput, BertModel, ComputeDType};
+    /// let model = BertModel::load_with(&Device::cpu(), tiny_bert_dir(), ComputeDType::Bf16).unwrap();
+    /// let input = BertInput::from_sequences(&[vec![101, 7592, 102]]).unwrap();
+    /// assert_eq!(model.forward(&input).unwrap().dtype(), DType::BF16);
+    /// ```
+    pub fn load_with(device: &Device, dir: impl AsRef<Path>, dtype: ComputeDType) -> Result<Self> {
         let dir = dir.as_ref();
         let config = BertConfig::from_file(dir.join("config.json"))?;
-        Self::load_weights(device, &config, dir.join("model.safetensors"))
+        Self::load_weights(device, &config, dir.join("model.safetensors"))?.with_dtype(dtype)
+    }
+
+    /// This model with its weights converted to `dtype` (converting from f32 only: the
+    /// weights of an already converted model are not upcast back). The converted model has
+    /// its own graph cache.
+    pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        if matches!(self.device.kind(), DeviceKind::Wgpu(_)) {
+            return Err(Error::Input(format!(
+                "the wgpu backend runs f32 only, not {dtype}: use --dtype f32 (or the CUDA or CPU backend)"
+            )));
+        }
+        if self.dtype != ComputeDType::F32 {
+            return Err(Error::Input(format!(
+                "model is already {}; load it again to run it in {dtype}",
+                self.dtype
+            )));
+        }
+        Ok(Self {
+            config: self.config.clone(),
+            embeddings: self.embeddings.with_dtype(dtype)?,
+            layers: self
+                .layers
+                .iter()
+                .map(|l| l.with_dtype(dtype))
+                .collect::<Result<_>>()?,
+            device: self.device.clone(),
+            dtype,
+            graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
+        })
+    }
+
+    /// The compute dtype of weights and activations.
+    pub fn dtype(&self) -> ComputeDType {
+        self.dtype
     }
 
     /// Loads the weights at `weights` (safetensors, Hugging Face names, with or without the
@@ -238,6 +305,7 @@ impl BertModel {
             embeddings,
             layers,
             device: device.clone(),
+            dtype: ComputeDType::F32,
             graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
         })
     }
@@ -267,25 +335,28 @@ impl BertModel {
     }
 
     fn run(&self, input: &BertInput, keep_all: bool) -> Result<Vec<Tensor>> {
-        let mask = AttentionMask::new(
-            &input.attention_mask,
-            input.batch_size,
-            input.seq_len,
-            &self.device,
-        )?;
+        let (mask, b, s) = (&input.attention_mask, input.batch_size, input.seq_len);
+        let binary = self.dtype.is_half();
+        let mask = if binary {
+            AttentionMask::binary(mask, b, s, &self.device)?
+        } else {
+            AttentionMask::new(mask, b, s, &self.device)?
+        };
         let mut x = self.embeddings.forward(input)?;
         if !keep_all {
             // The layers are pure device work on `x` and the mask: one graph per shape.
-            let out = self
-                .graphs
-                .run("bert-layers", &[&x, mask.additive()], |i| {
-                    let mask = AttentionMask::from_additive(i[1].clone())?;
-                    let mut x = i[0].clone();
-                    for layer in &self.layers {
-                        x = layer.forward(&x, Some(&mask))?;
-                    }
-                    Ok::<_, Error>(vec![x])
-                })?;
+            let out = self.graphs.run("bert-layers", &[&x, mask.tensor()], |i| {
+                let mask = if binary {
+                    AttentionMask::from_binary(i[1].clone())?
+                } else {
+                    AttentionMask::from_additive(i[1].clone())?
+                };
+                let mut x = i[0].clone();
+                for layer in &self.layers {
+                    x = layer.forward(&x, Some(&mask))?;
+                }
+                Ok::<_, Error>(vec![x])
+            })?;
             return Ok(out);
         }
         let mut states = Vec::new();

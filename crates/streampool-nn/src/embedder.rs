@@ -5,7 +5,7 @@ use std::path::Path;
 use streampool::{Device, Tensor};
 
 use crate::pooling::{l2_normalize, mean_pool};
-use crate::{BertInput, BertModel, BertTokenizer, Error, Result};
+use crate::{BertInput, BertModel, BertTokenizer, ComputeDType, Error, Result};
 
 /// Turns sentences into unit-length vectors, as sentence-transformers does for models such
 /// as all-MiniLM-L6-v2. `Send + Sync`: share one `Arc<SentenceEmbedder>` between threads.
@@ -29,8 +29,15 @@ impl SentenceEmbedder {
     /// are truncated to `max_seq_length` of `sentence_bert_config.json` when the folder has
     /// one (256 for all-MiniLM-L6-v2), never beyond the model's positions.
     pub fn load(device: &Device, dir: impl AsRef<Path>) -> Result<Self> {
+        Self::load_with(device, dir, ComputeDType::F32)
+    }
+
+    /// As [`Self::load`], with the model's weights and activations in `dtype` (see
+    /// [`ComputeDType`]); embeddings are `f32` whatever the dtype. f16 and bf16 use the fused
+    /// mean-pool-and-normalize kernel.
+    pub fn load_with(device: &Device, dir: impl AsRef<Path>, dtype: ComputeDType) -> Result<Self> {
         let dir = dir.as_ref();
-        let model = BertModel::load(device, dir)?;
+        let model = BertModel::load_with(device, dir, dtype)?;
         let max_len = max_seq_length(dir)?
             .unwrap_or(usize::MAX)
             .min(model.config().max_position_embeddings);
@@ -74,6 +81,16 @@ impl SentenceEmbedder {
     /// Unit-length embeddings `[batch, dim]` of a tokenized batch, left on the device.
     pub fn embed_input(&self, input: &BertInput) -> Result<Tensor> {
         let hidden = self.model.forward(input)?;
+        if self.model.dtype().is_half() {
+            let (b, s) = (input.batch_size(), input.seq_len());
+            let mask: Vec<f32> = input
+                .attention_mask()
+                .iter()
+                .map(|&m| (m != 0) as u8 as f32)
+                .collect();
+            let mask = Tensor::from_vec(mask, &[b, s], hidden.device())?;
+            return Ok(hidden.mean_pool_normalize(&mask)?);
+        }
         l2_normalize(&mean_pool(&hidden, input.attention_mask())?)
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use streampool::Device;
-use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, SentenceEmbedder};
+use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, ComputeDType, SentenceEmbedder};
 
 fn gpu() -> Device {
     Device::cuda(0).expect("CUDA device 0")
@@ -71,6 +71,46 @@ fn minilm_on_cuda_matches_sentence_transformers() {
             dir.display()
         );
         assert!(c > 0.9999, "{key}: min cosine {c}");
+    }
+}
+
+/// Every compute dtype on the GPU (tensor-core f16/bf16/TF32 matmuls, CUDA graphs, fused
+/// attention and pooling) against the fp32 references: tiny-bert vs float64 and MiniLM (when
+/// installed) vs sentence-transformers, with the CPU tests' cosine bounds.
+#[test]
+fn every_dtype_on_cuda_matches_references() {
+    let dev = gpu();
+    let tiny = reference("tiny_bert_reference.json");
+    let minilm = find_minilm().ok();
+    if minilm.is_none() {
+        eprintln!("MiniLM not installed: tiny-bert only");
+    }
+    let mini_ref = reference("minilm_reference.json");
+    let bounds = [
+        (ComputeDType::Tf32, 0.9999, 0.9999),
+        (ComputeDType::F16, 0.9999, 0.999),
+        (ComputeDType::Bf16, 0.999, 0.998),
+    ];
+    for (dtype, tiny_bound, mini_bound) in bounds {
+        let emb = SentenceEmbedder::load_with(&dev, tiny_bert_dir(), dtype).unwrap();
+        // Twice: the second call replays the captured CUDA graph.
+        for pass in 0..2 {
+            let got = emb.embed(&refs(&texts(&tiny))).unwrap();
+            let (d, c) = compare(&got, &tiny, "embedding");
+            println!("cuda tiny-bert {dtype} pass {pass}: max abs diff {d:.3e}, min cosine {c:.8}");
+            assert!(c >= tiny_bound, "tiny-bert {dtype}: min cosine {c}");
+        }
+        if let Some(dir) = &minilm {
+            let emb = SentenceEmbedder::load_with(&dev, dir, dtype).unwrap();
+            for pass in 0..2 {
+                let got = emb.embed(&refs(&texts(&mini_ref))).unwrap();
+                let (d, c) = compare(&got, &mini_ref, "embedding");
+                println!(
+                    "cuda MiniLM {dtype} pass {pass}: max abs diff {d:.3e}, min cosine {c:.8}"
+                );
+                assert!(c >= mini_bound, "MiniLM {dtype}: min cosine {c}");
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use streampool::Device;
-use streampool_nn::{find_minilm, SentenceEmbedder};
+use streampool_nn::{find_minilm, ComputeDType, SentenceEmbedder};
 
 /// The installed model, or `None` after printing why the test is skipped.
 fn minilm() -> Option<SentenceEmbedder> {
@@ -63,4 +63,38 @@ fn first_sentence_token_embeddings_match() {
     let d = max_abs_diff(&hidden, &want);
     println!("MiniLM first sentence last_hidden_state: max abs diff {d:.3e}");
     assert!(d < 1e-3, "max abs diff {d}");
+}
+
+/// f16 and bf16 (weights converted at load, fused attention and pooling) against the fp32
+/// sentence-transformers reference: cosine >= 0.999 (f16) and >= 0.998 (bf16) per sentence.
+#[test]
+fn half_precision_embeddings_match_sentence_transformers() {
+    let dir = match find_minilm() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+    };
+    let r = reference("minilm_reference.json");
+    let texts = texts(&r);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    for (dtype, bound) in [(ComputeDType::F16, 0.999), (ComputeDType::Bf16, 0.998)] {
+        let emb = SentenceEmbedder::load_with(&Device::cpu(), &dir, dtype).expect("load MiniLM");
+        let got = emb.embed(&refs).unwrap();
+        let mut worst = 1.0f64;
+        for (i, (g, s)) in got
+            .iter()
+            .zip(r["sentences"].as_array().unwrap())
+            .enumerate()
+        {
+            let c = cosine(g, &f64s(&s["embedding"]));
+            assert!(c >= bound, "{dtype} sentence {i}: cosine {c} < {bound}");
+            worst = worst.min(c);
+        }
+        println!(
+            "MiniLM {dtype}: min cosine over {} sentences {worst:.8} (bound {bound})",
+            got.len()
+        );
+    }
 }

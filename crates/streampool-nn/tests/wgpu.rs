@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use streampool::Device;
-use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, SentenceEmbedder};
+use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, ComputeDType, SentenceEmbedder};
 
 fn gpu() -> Option<Device> {
     match Device::wgpu() {
@@ -78,4 +78,14 @@ fn minilm_on_wgpu_matches_sentence_transformers() {
         dev.name()
     );
     assert!(c >= 0.9999, "min cosine {c}");
+}
+
+#[test]
+fn half_dtypes_on_wgpu_fail_at_load_with_a_clear_error() {
+    let Some(dev) = gpu() else { return };
+    for dtype in [ComputeDType::Tf32, ComputeDType::F16, ComputeDType::Bf16] {
+        let e = BertModel::load_with(&dev, tiny_bert_dir(), dtype).unwrap_err();
+        assert!(e.to_string().contains("f32 only"), "{dtype}: {e}");
+    }
+    assert!(BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::F32).is_ok());
 }

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use streampool_nn::{find_minilm, find_tiny_bert, SentenceEmbedder};
+use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType, SentenceEmbedder};
 
 /// Arguments of `streampool embed`.
 #[derive(clap::Args)]
@@ -25,6 +25,11 @@ pub struct Args {
     /// STREAMPOOL_MINILM_DIR).
     #[arg(long)]
     minilm: bool,
+    /// Compute dtype of weights and activations: f32, tf32 (f32 with TF32 tensor-core
+    /// matmuls on CUDA), f16 or bf16 (fused attention and pooling, f32 statistics). The
+    /// wgpu backend runs f32 only. Embeddings are printed as f32 in every case.
+    #[arg(long, default_value = "f32", value_name = "DTYPE")]
+    dtype: ComputeDType,
     /// Print every embedding in full, as JSON.
     #[arg(long)]
     json: bool,
@@ -44,8 +49,8 @@ pub fn run(args: Args) -> Result<()> {
         (None, true) => (find_minilm()?, false),
         (None, false) => (find_tiny_bert()?, true),
     };
-    let emb = SentenceEmbedder::load(&dev, &dir)
-        .with_context(|| format!("loading the model in {}", dir.display()))?;
+    let emb = SentenceEmbedder::load_with(&dev, &dir, args.dtype)
+        .with_context(|| format!("loading the model in {} as {}", dir.display(), args.dtype))?;
     if shipped && !args.json {
         eprintln!(
             "note: {} has random weights (a test model, no setup needed); \

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use streampool_nn::{find_minilm, find_tiny_bert, SentenceEmbedder};
+use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType, SentenceEmbedder};
 use streampool_serve::{BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
 
 /// Arguments of `streampool serve`.
@@ -35,6 +35,11 @@ pub struct Args {
     /// Do not serve the demo MLP ("mlp": FP32 [N, 256] -> [N, 256], seed 0).
     #[arg(long)]
     no_mlp: bool,
+    /// Compute dtype of the embedding models: f32, tf32 (TF32 tensor-core matmuls on CUDA),
+    /// f16 or bf16 (fused attention and pooling). The wgpu backend runs f32 only. Responses
+    /// are f32 in every case; the MLP stays f32.
+    #[arg(long, default_value = "f32", value_name = "DTYPE")]
+    dtype: ComputeDType,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -100,7 +105,7 @@ pub fn run(args: Args) -> Result<()> {
     let per_device: Vec<Result<Vec<ModelSpec>>> = std::thread::scope(|s| {
         let loads: Vec<_> = devices
             .iter()
-            .map(|dev| s.spawn(|| load_replicas(dev, &dirs, !args.no_mlp)))
+            .map(|dev| s.spawn(|| load_replicas(dev, &dirs, !args.no_mlp, args.dtype)))
             .collect();
         loads
             .into_iter()
@@ -163,11 +168,17 @@ fn load_replicas(
     dev: &streampool::Device,
     dirs: &[(String, PathBuf)],
     mlp: bool,
+    dtype: ComputeDType,
 ) -> Result<Vec<ModelSpec>> {
     let mut models = Vec::new();
     for (name, dir) in dirs {
-        let embedder = SentenceEmbedder::load(dev, dir)
-            .with_context(|| format!("loading the model in {} on {}", dir.display(), dev.name()))?;
+        let embedder = SentenceEmbedder::load_with(dev, dir, dtype).with_context(|| {
+            format!(
+                "loading the model in {} on {} as {dtype}",
+                dir.display(),
+                dev.name()
+            )
+        })?;
         models.push(ModelSpec::Embedder {
             name: name.clone(),
             embedder: Arc::new(embedder),

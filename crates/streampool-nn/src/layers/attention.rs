@@ -4,27 +4,31 @@ use streampool::{Device, Tensor};
 
 use super::{Linear, LinearParams};
 use crate::weights::HostTensor;
-use crate::{Error, Result};
+use crate::{ComputeDType, Error, Result};
 
 /// Added to the attention scores of padded keys: the most negative finite `f32` (Hugging
 /// Face's convention). `exp` of it underflows to exactly 0, and unlike `-inf` a row whose keys
 /// are all padding gives a uniform distribution instead of NaN.
 const MASKED: f32 = f32::MIN;
 
-/// A padding mask for one batch, built once and shared by every layer: an additive
-/// `[batch, 1, 1, seq]` tensor, 0 on real tokens and a huge negative number on padding, which
-/// broadcasts over heads and query positions.
+/// A padding mask for one batch, built once and shared by every layer. Either additive
+/// ([`Self::new`]): a `[batch, 1, 1, seq]` tensor, 0 on real tokens and a huge negative number
+/// on padding, which broadcasts over heads and query positions (the unfused f32 path); or
+/// binary ([`Self::binary`]): an `F32` `[batch, seq]` tensor of 1 and 0, as the fused
+/// attention kernel takes it (the f16/bf16 path).
 ///
 /// ```
 /// use streampool::Device;
 /// use streampool_nn::AttentionMask;
 /// let m = AttentionMask::new(&[1, 1, 0, 1, 0, 0], 2, 3, &Device::cpu()).unwrap();
-/// assert_eq!(m.additive().dims(), &[2, 1, 1, 3]);
+/// assert_eq!(m.tensor().dims(), &[2, 1, 1, 3]);
 /// assert!(AttentionMask::new(&[1, 2], 1, 2, &Device::cpu()).is_err()); // not 0/1
 /// ```
 #[derive(Debug, Clone)]
 pub struct AttentionMask {
+    /// Additive `[batch, 1, 1, seq]`, or binary `[batch, seq]` when `binary`.
     additive: Tensor,
+    binary: bool,
     batch: usize,
     seq: usize,
 }
@@ -50,6 +54,7 @@ impl AttentionMask {
             .collect::<Result<Vec<f32>>>()?;
         Ok(Self {
             additive: Tensor::from_vec(additive, &[batch, 1, 1, seq], device)?,
+            binary: false,
             batch,
             seq,
         })
@@ -68,14 +73,70 @@ impl AttentionMask {
         };
         Ok(Self {
             additive,
+            binary: false,
             batch,
             seq,
         })
     }
 
-    /// The additive `[batch, 1, 1, seq]` tensor.
-    pub fn additive(&self) -> &Tensor {
+    /// A binary mask (for the fused attention of f16/bf16 layers) from a row-major
+    /// `[batch, seq]` mask of 1 (attend) and 0 (padding).
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::AttentionMask;
+    /// let m = AttentionMask::binary(&[1, 1, 0, 1, 0, 0], 2, 3, &Device::cpu()).unwrap();
+    /// assert_eq!(m.tensor().dims(), &[2, 3]);
+    /// assert!(m.is_binary());
+    /// ```
+    pub fn binary(mask: &[i64], batch: usize, seq: usize, device: &Device) -> Result<Self> {
+        if mask.len() != batch * seq {
+            return Err(Error::Input(format!(
+                "attention mask has {} values, expected batch {batch} x seq {seq}",
+                mask.len()
+            )));
+        }
+        let values = mask
+            .iter()
+            .map(|&m| match m {
+                0 | 1 => Ok(m as f32),
+                other => Err(Error::Input(format!(
+                    "attention mask values must be 0 or 1, got {other}"
+                ))),
+            })
+            .collect::<Result<Vec<f32>>>()?;
+        Ok(Self {
+            additive: Tensor::from_vec(values, &[batch, seq], device)?,
+            binary: true,
+            batch,
+            seq,
+        })
+    }
+
+    /// The binary mask from its `F32` `[batch, seq]` tensor (as made by [`Self::binary`]).
+    pub fn from_binary(mask: Tensor) -> Result<Self> {
+        let &[batch, seq] = mask.dims() else {
+            return Err(Error::Input(format!(
+                "binary attention mask of shape {:?}, expected [batch, seq]",
+                mask.dims()
+            )));
+        };
+        Ok(Self {
+            additive: mask,
+            binary: true,
+            batch,
+            seq,
+        })
+    }
+
+    /// The mask tensor: additive `[batch, 1, 1, seq]`, or `[batch, seq]` of 0/1 if binary.
+    pub fn tensor(&self) -> &Tensor {
         &self.additive
+    }
+
+    /// Whether this is a binary mask (for fused attention).
+    pub fn is_binary(&self) -> bool {
+        self.binary
     }
 }
 
@@ -85,12 +146,18 @@ impl AttentionMask {
 /// At construction the query, key and value projections are fused into one `[in, 3 * hidden]`
 /// matrix (one matmul per call instead of three), and `1/sqrt(head_dim)` is folded into the
 /// query weights and bias, so the scores need no separate scaling kernel.
+///
+/// After [`Self::with_dtype`] to f16 or bf16 the scores, softmax and weighted sum run as one
+/// fused kernel ([`Tensor::attention`], f32 softmax statistics), which takes a binary
+/// [`AttentionMask`]; in f32 they stay separate kernels with an additive mask.
 #[derive(Debug, Clone)]
 pub struct MultiheadAttention {
     qkv: Linear,
     out: Linear,
     num_heads: usize,
     head_dim: usize,
+    /// Fused attention kernel (half dtypes) instead of matmul/softmax/matmul.
+    fused: bool,
 }
 
 impl MultiheadAttention {
@@ -145,7 +212,25 @@ impl MultiheadAttention {
             out: Linear::new(out, device)?,
             num_heads,
             head_dim,
+            fused: false,
         })
+    }
+
+    /// This layer with its weights and activations in `dtype`; f16 and bf16 switch to the
+    /// fused attention kernel (and then take a binary mask).
+    pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        Ok(Self {
+            qkv: self.qkv.with_dtype(dtype)?,
+            out: self.out.with_dtype(dtype)?,
+            num_heads: self.num_heads,
+            head_dim: self.head_dim,
+            fused: dtype.is_half(),
+        })
+    }
+
+    /// Whether this layer uses the fused attention kernel (and so a binary mask).
+    pub fn is_fused(&self) -> bool {
+        self.fused
     }
 
     /// Number of heads.
@@ -169,6 +254,13 @@ impl MultiheadAttention {
             )));
         }
         if let Some(m) = mask {
+            if m.binary != self.fused {
+                return Err(Error::Input(format!(
+                    "attention: {} layer given a {} mask",
+                    if self.fused { "fused" } else { "unfused" },
+                    if m.binary { "binary" } else { "additive" }
+                )));
+            }
             if (m.batch, m.seq) != (batch, seq) {
                 return Err(Error::Input(format!(
                     "attention mask is for batch {} x seq {}, input is {:?}",
@@ -179,6 +271,13 @@ impl MultiheadAttention {
             }
         }
         let (nh, d) = (self.num_heads, self.head_dim);
+        if self.fused {
+            let ctx = self
+                .qkv
+                .forward(x)?
+                .attention(mask.map(|m| &m.additive), nh)?;
+            return self.out.forward(&ctx);
+        }
         let qkv = self.qkv.forward(x)?.reshape(&[batch, seq, 3, nh, d])?;
         // [batch, seq, 1, heads, d] -> [batch, heads, 1, seq, d]: one copy per projection.
         let head = |i: usize| -> Result<Tensor> {

@@ -3,7 +3,7 @@
 use streampool::{Device, Tensor};
 
 use crate::weights::{HostTensor, WeightFile};
-use crate::{Error, Result};
+use crate::{ComputeDType, Error, Result};
 
 /// A `[rows, dim]` lookup table.
 ///
@@ -47,6 +47,13 @@ impl Embedding {
     }
 
     /// Rows in the table.
+    /// This table converted to `dtype`: lookups then return `dtype` rows.
+    pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        Ok(Self {
+            table: self.table.to_dtype(dtype.dtype())?,
+        })
+    }
+
     pub fn rows(&self) -> usize {
         self.table.dims()[0]
     }

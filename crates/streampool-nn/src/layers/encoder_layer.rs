@@ -4,7 +4,7 @@ use streampool::{Device, Tensor};
 
 use super::{AttentionMask, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention};
 use crate::weights::WeightFile;
-use crate::{BertConfig, Result};
+use crate::{BertConfig, ComputeDType, Result};
 
 /// `h = LN1(x + attn(x))`, `out = LN2(h + mlp(h))` (post-norm, as BERT), with each residual
 /// add fused into its LayerNorm.
@@ -70,6 +70,16 @@ impl TransformerEncoderLayer {
     }
 
     /// Runs the layer on `x: [batch, seq, hidden]`.
+    /// This layer with its weights and activations in `dtype`.
+    pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        Ok(Self {
+            attn: self.attn.with_dtype(dtype)?,
+            attn_norm: self.attn_norm.with_dtype(dtype)?,
+            mlp: self.mlp.with_dtype(dtype)?,
+            out_norm: self.out_norm.with_dtype(dtype)?,
+        })
+    }
+
     pub fn forward(&self, x: &Tensor, mask: Option<&AttentionMask>) -> Result<Tensor> {
         let a = self.attn.forward(x, mask)?;
         let h = self.attn_norm.forward_residual(&a, x)?;

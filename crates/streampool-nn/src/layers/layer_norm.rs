@@ -3,7 +3,7 @@
 use streampool::{Device, Tensor};
 
 use crate::weights::{HostTensor, WeightFile};
-use crate::Result;
+use crate::{ComputeDType, Result};
 
 /// `(x - mean) / sqrt(var + eps) * gamma + beta` over the last axis.
 ///
@@ -50,6 +50,15 @@ impl LayerNorm {
     }
 
     /// Normalises `x` over its last axis.
+    /// This layer with gamma and beta in `dtype` (statistics stay f32 in the kernel).
+    pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        Ok(Self {
+            gamma: self.gamma.to_dtype(dtype.dtype())?,
+            beta: self.beta.to_dtype(dtype.dtype())?,
+            eps: self.eps,
+        })
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.layer_norm(&self.gamma, &self.beta, self.eps)?)
     }

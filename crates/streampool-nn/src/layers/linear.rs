@@ -1,9 +1,9 @@
 //! Fully connected layer.
 
-use streampool::{Device, Tensor};
+use streampool::{Device, MatmulMath, Tensor};
 
 use crate::weights::{HostTensor, WeightFile};
-use crate::{Activation, Error, Result};
+use crate::{Activation, ComputeDType, Error, Result};
 
 /// The weights of a [`Linear`] layer as stored by PyTorch: `weight` is `[out, in]`, `bias`
 /// is `[out]`.
@@ -69,6 +69,7 @@ pub struct Linear {
     bias: Option<Tensor>,
     in_features: usize,
     out_features: usize,
+    math: MatmulMath,
 }
 
 impl Linear {
@@ -84,6 +85,7 @@ impl Linear {
                 .transpose()?,
             in_features: params.in_features(),
             out_features: params.out_features(),
+            math: MatmulMath::Exact,
         })
     }
 
@@ -96,6 +98,21 @@ impl Linear {
         device: &Device,
     ) -> Result<Self> {
         Self::new(&LinearParams::load(file, prefix, out, inp)?, device)
+    }
+
+    /// This layer with its weights converted to `dtype` (once, on the device) and its
+    /// matmuls in `dtype`'s math mode. Inputs must then be in `dtype.dtype()`.
+    pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        Ok(Self {
+            weight_t: self.weight_t.to_dtype(dtype.dtype())?,
+            bias: self
+                .bias
+                .as_ref()
+                .map(|b| b.to_dtype(dtype.dtype()))
+                .transpose()?,
+            math: dtype.math(),
+            ..self.clone()
+        })
     }
 
     /// Input features.
@@ -122,7 +139,7 @@ impl Linear {
                 x.dims()
             )));
         }
-        let y = x.matmul(&self.weight_t)?;
+        let y = x.matmul_with(&self.weight_t, self.math)?;
         match &self.bias {
             Some(b) => Ok(y.bias_act(b, act)?),
             None => super::activation::apply(&y, act),

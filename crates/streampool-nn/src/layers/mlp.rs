@@ -3,7 +3,7 @@
 use streampool::Tensor;
 
 use super::Linear;
-use crate::{Activation, Error, Result};
+use crate::{Activation, ComputeDType, Error, Result};
 
 /// `fc2(act(fc1(x)))`, with `fc1`'s bias and the activation fused into one kernel. In BERT this
 /// is the feed-forward block (`intermediate.dense`, GELU, `output.dense`).
@@ -41,6 +41,15 @@ impl Mlp {
     }
 
     /// Applies the block to `[..., in]`.
+    /// This MLP with both layers in `dtype`.
+    pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        Ok(Self {
+            fc1: self.fc1.with_dtype(dtype)?,
+            act: self.act,
+            fc2: self.fc2.with_dtype(dtype)?,
+        })
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.fc1.forward_act(x, self.act)?;
         self.fc2.forward(&h)

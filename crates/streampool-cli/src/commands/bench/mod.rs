@@ -26,6 +26,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use streampool::{Device, DeviceKind};
+use streampool_nn::ComputeDType;
 
 use measure::Window;
 use report::{Record, Report};
@@ -72,6 +73,10 @@ pub struct Args {
     /// all-MiniLM-L6-v2, else the shipped tiny-bert].
     #[arg(long, value_name = "DIR")]
     minilm: Option<PathBuf>,
+    /// Compute dtype of the minilm workloads: f32, tf32, f16 or bf16 [default: f16 on cuda,
+    /// f32 on cpu and wgpu (wgpu runs f32 only)]. The mlp workload is always f32.
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<ComputeDType>,
     /// Folder for streampool.json and streampool.png.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -171,8 +176,12 @@ pub fn run(args: Args) -> Result<()> {
                 })?;
                 if encoder.is_none() {
                     let choice = workloads::choose_encoder(args.minilm.clone())?;
-                    let emb = EncoderWorkload::load(&dev, &choice)?;
-                    encoder = Some((emb, choice.label));
+                    let dtype = args.dtype.unwrap_or(match dev.kind() {
+                        DeviceKind::Cuda(_) => ComputeDType::F16,
+                        _ => ComputeDType::F32,
+                    });
+                    let emb = EncoderWorkload::load(&dev, &choice, dtype)?;
+                    encoder = Some((emb, format!("{} {dtype}", choice.label)));
                 }
                 let (emb, label) = encoder.as_ref().expect("loaded just above");
                 let e = EncoderWorkload::with_seq(emb.clone(), seq)?;

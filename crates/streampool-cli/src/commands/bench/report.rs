@@ -38,7 +38,8 @@ pub struct Record {
     pub calls: u64,
     /// Seconds measured.
     pub seconds: f64,
-    /// The model behind a minilm workload (`all-MiniLM-L6-v2` or `tiny-bert`).
+    /// The model behind a minilm workload and its compute dtype (`all-MiniLM-L6-v2 f16`,
+    /// `tiny-bert f32`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Batching: the queue's wait window.

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use streampool::{Device, GraphCache};
 use streampool_batch::{BatchContext, BatchModel, ModelError};
 use streampool_nn::{
-    find_minilm, find_tiny_bert, Activation, HostTensor, Linear, LinearParams, Mlp,
+    find_minilm, find_tiny_bert, Activation, ComputeDType, HostTensor, Linear, LinearParams, Mlp,
     SentenceEmbedder,
 };
 
@@ -184,10 +184,14 @@ pub struct EncoderWorkload {
 
 impl EncoderWorkload {
     /// Loads the encoder once (share it between sequence lengths with [`Self::with_seq`]).
-    pub fn load(device: &Device, choice: &EncoderChoice) -> Result<Arc<SentenceEmbedder>> {
+    pub fn load(
+        device: &Device,
+        choice: &EncoderChoice,
+        dtype: ComputeDType,
+    ) -> Result<Arc<SentenceEmbedder>> {
         Ok(Arc::new(
-            SentenceEmbedder::load(device, &choice.dir)
-                .with_context(|| format!("loading {}", choice.dir.display()))?,
+            SentenceEmbedder::load_with(device, &choice.dir, dtype)
+                .with_context(|| format!("loading {} as {dtype}", choice.dir.display()))?,
         ))
     }
 
