@@ -315,7 +315,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
     f32_only(kernel)?;
     let mut b = Binder::new(shared);
     match kernel {
-        Kernel::Fill { out, len, value, .. } => {
+        Kernel::Fill {
+            out, len, value, ..
+        } => {
             if *len == 0 {
                 return Ok(None);
             }
@@ -363,7 +365,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(threads)?,
             )?;
         }
-        Kernel::Unary { op, x, out, len, .. } => {
+        Kernel::Unary {
+            op, x, out, len, ..
+        } => {
             if *len == 0 {
                 return Ok(None);
             }
@@ -469,7 +473,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 )?;
             }
         }
-        Kernel::Softmax { x, out, rows, cols, .. } => {
+        Kernel::Softmax {
+            x, out, rows, cols, ..
+        } => {
             if rows * cols == 0 {
                 return Ok(None);
             }
