@@ -228,3 +228,24 @@ pub enum Kernel {
         dtype: DType,
     },
 }
+
+impl Kernel {
+    /// The compute dtype of a floating-point kernel; `None` for the dtype-free ones (`Copy`,
+    /// `Cast`, `Sleep`). Backends use it to pick or refuse a kernel in one place.
+    pub fn float_dtype(&self) -> Option<DType> {
+        match self {
+            Kernel::Fill { dtype, .. }
+            | Kernel::Matmul { dtype, .. }
+            | Kernel::Unary { dtype, .. }
+            | Kernel::Binary { dtype, .. }
+            | Kernel::Softmax { dtype, .. }
+            | Kernel::LayerNorm { dtype, .. }
+            | Kernel::BiasAct { dtype, .. }
+            | Kernel::IndexSelect { dtype, .. }
+            | Kernel::Reduce { dtype, .. }
+            | Kernel::Attention { dtype, .. }
+            | Kernel::MeanPoolNorm { dtype, .. } => Some(*dtype),
+            Kernel::Copy { .. } | Kernel::Cast { .. } | Kernel::Sleep { .. } => None,
+        }
+    }
+}

@@ -116,19 +116,8 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
         store(&load(*x, *len, *from), *out, *to);
         return true;
     }
-    let dt = match kernel {
-        K::Fill { dtype, .. }
-        | K::Matmul { dtype, .. }
-        | K::Unary { dtype, .. }
-        | K::Binary { dtype, .. }
-        | K::Softmax { dtype, .. }
-        | K::LayerNorm { dtype, .. }
-        | K::BiasAct { dtype, .. }
-        | K::IndexSelect { dtype, .. }
-        | K::Reduce { dtype, .. }
-        | K::Attention { dtype, .. }
-        | K::MeanPoolNorm { dtype, .. } => *dtype,
-        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return false,
+    let Some(dt) = kernel.float_dtype() else {
+        return false;
     };
     if dt == DType::F32 {
         return false;

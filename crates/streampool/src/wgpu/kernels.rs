@@ -266,17 +266,8 @@ fn binary_code(op: BinaryOp) -> u32 {
 /// written yet): any other dtype is a clear error rather than a wrong answer. A TF32 matmul
 /// request runs in full f32, which is at least as accurate.
 fn f32_only(kernel: &Kernel) -> Result<()> {
-    let dtype = match kernel {
-        Kernel::Fill { dtype, .. }
-        | Kernel::Unary { dtype, .. }
-        | Kernel::Binary { dtype, .. }
-        | Kernel::Matmul { dtype, .. }
-        | Kernel::Softmax { dtype, .. }
-        | Kernel::LayerNorm { dtype, .. }
-        | Kernel::BiasAct { dtype, .. }
-        | Kernel::IndexSelect { dtype, .. }
-        | Kernel::Reduce { dtype, .. } => *dtype,
-        _ => return Ok(()),
+    let Some(dtype) = kernel.float_dtype() else {
+        return Ok(());
     };
     if dtype == DType::F32 {
         Ok(())
