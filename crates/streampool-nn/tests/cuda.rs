@@ -8,48 +8,15 @@ use std::sync::Arc;
 
 use common::*;
 use streampool::Device;
-use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, ComputeDType, SentenceEmbedder};
+use streampool_nn::{find_minilm, tiny_bert_dir, ComputeDType, SentenceEmbedder};
 
 fn gpu() -> Device {
     Device::cuda(0).expect("CUDA device 0")
 }
 
-fn refs(texts: &[String]) -> Vec<&str> {
-    texts.iter().map(String::as_str).collect()
-}
-
-/// Worst max-abs-diff and cosine of `got` against the per-sentence reference field `key`.
-fn compare(got: &[Vec<f32>], r: &serde_json::Value, key: &str) -> (f64, f64) {
-    let (mut d, mut c) = (0.0f64, 1.0f64);
-    for (g, s) in got.iter().zip(r["sentences"].as_array().unwrap()) {
-        let want = f64s(&s[key]);
-        d = d.max(max_abs_diff(g, &want));
-        c = c.min(cosine(g, &want));
-    }
-    (d, c)
-}
-
 #[test]
 fn tiny_bert_on_cuda_matches_reference() {
-    let r = reference("tiny_bert_reference.json");
-    let dev = gpu();
-    let model = BertModel::load(&dev, tiny_bert_dir()).unwrap();
-    let states = model.forward_hidden_states(&stored_input(&r)).unwrap();
-    for (i, (s, w)) in states
-        .iter()
-        .zip(r["first_sentence"]["hidden_states"].as_array().unwrap())
-        .enumerate()
-    {
-        let got = s.narrow(0, 0, 1).unwrap().to_vec::<f32>().unwrap();
-        let d = max_abs_diff(&got, &rows(w));
-        println!("cuda tiny-bert hidden state {i}: max abs diff {d:.3e}");
-        assert!(d < 1e-3, "hidden state {i}: max abs diff {d}");
-    }
-    let emb = SentenceEmbedder::load(&dev, tiny_bert_dir()).unwrap();
-    let got = emb.embed(&refs(&texts(&r))).unwrap();
-    let (d, c) = compare(&got, &r, "embedding");
-    println!("cuda tiny-bert embeddings: max abs diff {d:.3e}, min cosine {c:.12}");
-    assert!(c > 0.99999, "min cosine {c}");
+    check_tiny_bert_on(&gpu(), "cuda");
 }
 
 #[test]
@@ -65,7 +32,7 @@ fn minilm_on_cuda_matches_sentence_transformers() {
     let emb = SentenceEmbedder::load(&gpu(), &dir).unwrap();
     let got = emb.embed(&refs(&texts(&r))).unwrap();
     for key in ["embedding", "embedding_fp16_weights"] {
-        let (d, c) = compare(&got, &r, key);
+        let (d, c) = compare_sentences(&got, &r, key);
         println!(
             "cuda MiniLM ({}) vs {key}: max abs diff {d:.3e}, min cosine {c:.12}",
             dir.display()
@@ -96,7 +63,7 @@ fn every_dtype_on_cuda_matches_references() {
         // Twice: the second call replays the captured CUDA graph.
         for pass in 0..2 {
             let got = emb.embed(&refs(&texts(&tiny))).unwrap();
-            let (d, c) = compare(&got, &tiny, "embedding");
+            let (d, c) = compare_sentences(&got, &tiny, "embedding");
             println!("cuda tiny-bert {dtype} pass {pass}: max abs diff {d:.3e}, min cosine {c:.8}");
             assert!(c >= tiny_bound, "tiny-bert {dtype}: min cosine {c}");
         }
@@ -104,7 +71,7 @@ fn every_dtype_on_cuda_matches_references() {
             let emb = SentenceEmbedder::load_with(&dev, dir, dtype).unwrap();
             for pass in 0..2 {
                 let got = emb.embed(&refs(&texts(&mini_ref))).unwrap();
-                let (d, c) = compare(&got, &mini_ref, "embedding");
+                let (d, c) = compare_sentences(&got, &mini_ref, "embedding");
                 println!(
                     "cuda MiniLM {dtype} pass {pass}: max abs diff {d:.3e}, min cosine {c:.8}"
                 );

@@ -19,31 +19,10 @@ fn gpu() -> Option<Device> {
     }
 }
 
-fn refs(texts: &[String]) -> Vec<&str> {
-    texts.iter().map(String::as_str).collect()
-}
-
 #[test]
 fn tiny_bert_on_wgpu_matches_reference() {
     let Some(dev) = gpu() else { return };
-    let r = reference("tiny_bert_reference.json");
-    let model = BertModel::load(&dev, tiny_bert_dir()).unwrap();
-    let states = model.forward_hidden_states(&stored_input(&r)).unwrap();
-    for (i, (s, w)) in states
-        .iter()
-        .zip(r["first_sentence"]["hidden_states"].as_array().unwrap())
-        .enumerate()
-    {
-        let got = s.narrow(0, 0, 1).unwrap().to_vec::<f32>().unwrap();
-        let d = max_abs_diff(&got, &rows(w));
-        println!("wgpu tiny-bert hidden state {i}: max abs diff {d:.3e}");
-        assert!(d < 1e-3, "hidden state {i}: max abs diff {d}");
-    }
-    let emb = SentenceEmbedder::load(&dev, tiny_bert_dir()).unwrap();
-    let got = emb.embed(&refs(&texts(&r))).unwrap();
-    let (d, c) = compare_sentences(&got, &r, "embedding");
-    println!("wgpu tiny-bert embeddings: max abs diff {d:.3e}, min cosine {c:.12}");
-    assert!(c > 0.99999, "min cosine {c}");
+    check_tiny_bert_on(&dev, "wgpu");
 }
 
 /// On Mesa's software Vulkan (llvmpipe) MiniLM takes over two minutes on CI's two cores, so

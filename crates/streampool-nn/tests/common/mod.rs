@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use streampool_nn::BertInput;
+use streampool::Device;
+use streampool_nn::{tiny_bert_dir, BertInput, BertModel, SentenceEmbedder};
 
 /// Parses `tests/data/<name>`.
 pub fn reference(name: &str) -> Value {
@@ -94,4 +95,33 @@ pub fn compare_sentences(got: &[Vec<f32>], r: &Value, key: &str) -> (f64, f64) {
         c = c.min(cosine(g, &want));
     }
     (d, c)
+}
+
+/// `&str`s of owned texts, as `SentenceEmbedder::embed` takes them.
+pub fn refs(texts: &[String]) -> Vec<&str> {
+    texts.iter().map(String::as_str).collect()
+}
+
+/// tiny-bert on `dev` against its float64 reference: every hidden state of the first
+/// sentence (max abs diff < 1e-3) and the embeddings of all sentences (min cosine > 0.99999).
+/// `label` names the backend in the printed figures.
+pub fn check_tiny_bert_on(dev: &Device, label: &str) {
+    let r = reference("tiny_bert_reference.json");
+    let model = BertModel::load(dev, tiny_bert_dir()).unwrap();
+    let states = model.forward_hidden_states(&stored_input(&r)).unwrap();
+    for (i, (s, w)) in states
+        .iter()
+        .zip(r["first_sentence"]["hidden_states"].as_array().unwrap())
+        .enumerate()
+    {
+        let got = s.narrow(0, 0, 1).unwrap().to_vec::<f32>().unwrap();
+        let d = max_abs_diff(&got, &rows(w));
+        println!("{label} tiny-bert hidden state {i}: max abs diff {d:.3e}");
+        assert!(d < 1e-3, "hidden state {i}: max abs diff {d}");
+    }
+    let emb = SentenceEmbedder::load(dev, tiny_bert_dir()).unwrap();
+    let got = emb.embed(&refs(&texts(&r))).unwrap();
+    let (d, c) = compare_sentences(&got, &r, "embedding");
+    println!("{label} tiny-bert embeddings: max abs diff {d:.3e}, min cosine {c:.12}");
+    assert!(c > 0.99999, "min cosine {c}");
 }
