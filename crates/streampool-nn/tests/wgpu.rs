@@ -77,7 +77,10 @@ fn has_f16(dev: &Device) -> bool {
         .and_then(|t| t.to_dtype(DType::F16))
         .is_ok();
     if !ok {
-        eprintln!("!!! {} has no SHADER_F16: the F16 model checks are SKIPPED", dev.name());
+        eprintln!(
+            "!!! {} has no SHADER_F16: the F16 model checks are SKIPPED",
+            dev.name()
+        );
     }
     ok
 }
@@ -103,7 +106,10 @@ fn bf16_on_wgpu_fails_at_load_with_a_clear_error() {
     assert!(e.to_string().contains("WGSL"), "{e}");
     match BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::F16) {
         Ok(m) => assert!(has_f16(&dev) && m.dtype() == ComputeDType::F16),
-        Err(e) => assert!(!has_f16(&dev) && e.to_string().contains("SHADER_F16"), "{e}"),
+        Err(e) => assert!(
+            !has_f16(&dev) && e.to_string().contains("SHADER_F16"),
+            "{e}"
+        ),
     }
     assert!(BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::F32).is_ok());
 }

@@ -100,7 +100,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn encode(ops: usize) -> Res<()> {
-    println!("## Concurrent host encoding: affine on 16 floats, {ops} ops per thread, median of 3\n");
+    println!(
+        "## Concurrent host encoding: affine on 16 floats, {ops} ops per thread, median of 3\n"
+    );
     println!("| quarantine | threads | encoded+submitted ops/s | end-to-end ops/s |");
     println!("|---|---:|---:|---:|");
     for (label, quarantine) in [("off", WgpuQuarantine::Off), ("on", WgpuQuarantine::On)] {
@@ -150,9 +152,30 @@ fn matmul(min: Duration, max_flop: f64) -> Res<()> {
         .iter()
         .map(|&s| (format!("{s}^3"), 1, s, s, s, false))
         .chain([
-            ("MLP batch 1: 1x256 @ W^T(256x1024)".to_string(), 1, 1, 256, 1024, true),
-            ("MiniLM QKV, 64x32 tokens: 2048x384 @ W^T(384x1152)".to_string(), 1, 2048, 384, 1152, true),
-            ("MiniLM scores, 64x12 heads: 768 x [32x32 @ 32x32]".to_string(), 768, 32, 32, 32, false),
+            (
+                "MLP batch 1: 1x256 @ W^T(256x1024)".to_string(),
+                1,
+                1,
+                256,
+                1024,
+                true,
+            ),
+            (
+                "MiniLM QKV, 64x32 tokens: 2048x384 @ W^T(384x1152)".to_string(),
+                1,
+                2048,
+                384,
+                1152,
+                true,
+            ),
+            (
+                "MiniLM scores, 64x12 heads: 768 x [32x32 @ 32x32]".to_string(),
+                768,
+                32,
+                32,
+                32,
+                false,
+            ),
         ])
         .collect();
     let tiles: [(&str, Option<u32>); 4] = [

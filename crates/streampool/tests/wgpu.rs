@@ -194,7 +194,10 @@ fn bf16_is_a_clear_error_and_f16_follows_the_adapter() {
             assert!(e.to_string().contains("SHADER_F16"), "{e}");
         }
     }
-    assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.5, 0.0, 0.25]);
+    assert_eq!(
+        x.relu().unwrap().to_vec::<f32>().unwrap(),
+        vec![1.5, 0.0, 0.25]
+    );
 }
 
 /// Every matmul kernel (the 16x16 tile and the register-blocked 32x32 and 64x64 ones, forced
@@ -212,12 +215,20 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
         seed += 1;
         (0..len as u64)
             .map(|i| {
-                let h = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
+                let h = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
                 ((h >> 40) % 2001) as f32 / 1000.0 - 1.0
             })
             .collect()
     };
-    let shapes = [(1, 7, 65), (7, 65, 129), (65, 129, 1), (129, 65, 129), (65, 1, 7), (129, 129, 65)];
+    let shapes = [
+        (1, 7, 65),
+        (7, 65, 129),
+        (65, 129, 1),
+        (129, 65, 129),
+        (65, 1, 7),
+        (129, 129, 65),
+    ];
     for tile in [16, 32, 64] {
         let dev = Device::wgpu_with(WgpuConfig {
             matmul_tile: Some(tile),
@@ -255,7 +266,12 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                 let check = |what: &str, got: &Tensor| {
                     assert_eq!(got.dims(), &[batch, m, n], "{what}");
                     let g = got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
-                    let err: f64 = g.iter().zip(&want).map(|(g, w)| (*g as f64 - w).powi(2)).sum::<f64>().sqrt();
+                    let err: f64 = g
+                        .iter()
+                        .zip(&want)
+                        .map(|(g, w)| (*g as f64 - w).powi(2))
+                        .sum::<f64>()
+                        .sqrt();
                     let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt().max(1e-30);
                     assert!(
                         err / norm <= tol,
@@ -264,7 +280,10 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                     );
                 };
                 let up = |v: &[f32], shape: &[usize]| {
-                    Tensor::from_slice(v, shape, &dev).unwrap().to_dtype(dt).unwrap()
+                    Tensor::from_slice(v, shape, &dev)
+                        .unwrap()
+                        .to_dtype(dt)
+                        .unwrap()
                 };
                 let at = up(&a, &[batch, m, k]);
                 let wt = up(&w, &[n, k]).t().unwrap();
@@ -278,7 +297,10 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                     .collect();
                 let a_t = up(&a_km, &[batch, k, m]).transpose(1, 2).unwrap();
                 let w_kn = wt.contiguous().unwrap();
-                check("A^T W (transposed left operand)", &a_t.matmul(&w_kn).unwrap());
+                check(
+                    "A^T W (transposed left operand)",
+                    &a_t.matmul(&w_kn).unwrap(),
+                );
                 // A view one row into a larger buffer: the offset travels as an element offset.
                 let mut padded = values(k);
                 padded.extend_from_slice(&a);

@@ -149,7 +149,9 @@ pub fn check_tiny_bert_dtype_on(
         .to_vec::<f32>()
         .unwrap();
     let d = max_abs_diff(&got, &rows(&r["first_sentence"]["last_hidden_state"]));
-    println!("{label} tiny-bert {dtype}: last hidden state max abs diff {d:.3e} (tolerance {tol:.0e})");
+    println!(
+        "{label} tiny-bert {dtype}: last hidden state max abs diff {d:.3e} (tolerance {tol:.0e})"
+    );
     assert!(d < tol, "{label} {dtype}: max abs diff {d}");
     let emb = SentenceEmbedder::load_with(dev, tiny_bert_dir(), dtype).unwrap();
     let got = emb.embed(&refs(&texts(&r))).unwrap();

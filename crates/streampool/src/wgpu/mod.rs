@@ -8,6 +8,7 @@
 //! | copies    | through staging buffers mapped at creation (up) or mapped for reading (down)   |
 //! | memory    | one storage buffer per allocator block; `DevicePtr` = buffer id + byte offset ([`memory`]) |
 //! | kernels   | WGSL compute pipelines built once per device ([`kernels`], `shaders/`)         |
+//! | dtypes    | f32; f16 where the adapter has `SHADER_F16` (requested at open); never bf16    |
 //!
 //! **Quarantine lock.** Work reaches the GPU through one queue, but encoding is per stream, so
 //! threads on different streams record command buffers at the same time; that is where
