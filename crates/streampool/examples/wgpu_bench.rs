@@ -138,7 +138,7 @@ fn time_matmul(a: &Tensor, b: &Tensor, min: Duration) -> Res<f64> {
     while n < 3 || start.elapsed() < min {
         a.matmul(b)?;
         n += 1;
-        if n % 8 == 0 {
+        if n.is_multiple_of(8) {
             stream.synchronize()?;
         }
     }

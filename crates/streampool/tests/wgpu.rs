@@ -10,6 +10,9 @@
 //! shared suites fall back to the CPU backend (they have no early return of their own), while
 //! this file's own tests print "no wgpu adapter, skipping" and return.
 #![cfg(feature = "wgpu")]
+// `ops.rs` and `dtypes.rs` each load `reference/` themselves (each is also its own test
+// binary), so this binary holds two copies of it.
+#![allow(clippy::duplicate_mod)]
 
 use std::sync::{Arc, OnceLock};
 
