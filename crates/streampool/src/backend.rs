@@ -66,6 +66,13 @@ pub(crate) trait BackendStream: Send + Sync {
     /// `src` is valid for `dst.len()` bytes.
     unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
 
+    /// Whether [`Kernel::Matmul`] with a `bias` is worth launching here (the bias fused into
+    /// the product); else `Tensor::matmul_bias` runs a product and a separate bias kernel. A
+    /// backend that returns `false` never receives a matmul with a bias.
+    fn fuses_matmul_bias(&self) -> bool {
+        false
+    }
+
     /// Whether the backend can capture graphs (else callers run eagerly).
     fn has_graphs(&self) -> bool {
         false

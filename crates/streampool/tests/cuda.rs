@@ -812,6 +812,16 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].matmul_with(&t[1], MatmulMath::Tf32)),
         ),
         (
+            "matmul + bias (cuBLASLt epilogue)",
+            vec![vec![b, s, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| t[0].matmul_bias(&t[1], &t[2], MatmulMath::Exact)),
+        ),
+        (
+            "matmul^T + bias, odd width",
+            vec![vec![b * s, h], vec![37, h], vec![37]],
+            Box::new(|t| t[0].matmul_bias(&t[1].t()?, &t[2], MatmulMath::Exact)),
+        ),
+        (
             "batched matmul t",
             vec![vec![b, s, d], vec![b, s, d]],
             Box::new(|t| t[0].matmul(&t[1].t()?)),

@@ -343,6 +343,52 @@ fn matmul_batched_3d_and_4d_and_shared_rhs() {
 }
 
 #[test]
+fn matmul_bias_adds_the_bias_to_every_row() {
+    use streampool::MatmulMath;
+    let mut rng = Rng::new(12);
+    let (w, wr) = randn(&mut rng, &[13, 5]);
+    let (bias, biasr) = randn(&mut rng, &[5]);
+    let plus_bias = |m: &Nd<f64>| {
+        let cols = *m.shape.last().unwrap();
+        let data = m
+            .data
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + biasr.data[i % cols]);
+        Nd::new(&m.shape, data.collect())
+    };
+    // 2-d, a contiguous 3-d batch (folded into one product), a transposed weight view and a
+    // non-contiguous input (a batched product).
+    let (a, ar) = randn(&mut rng, &[7, 13]);
+    let got = a.matmul_bias(&w, &bias, MatmulMath::Exact).unwrap();
+    check_mm("2d + bias", &got, &plus_bias(&ar.matmul(&wr)));
+    let (a3, a3r) = randn(&mut rng, &[4, 33, 13]);
+    let got = a3.matmul_bias(&w, &bias, MatmulMath::Exact).unwrap();
+    check_mm("3d + bias", &got, &plus_bias(&a3r.matmul(&wr)));
+    let (wt, wtr) = randn(&mut rng, &[5, 13]);
+    let got = a3
+        .matmul_bias(&wt.t().unwrap(), &bias, MatmulMath::Exact)
+        .unwrap();
+    check_mm(
+        "3d @ w^T + bias",
+        &got,
+        &plus_bias(&a3r.matmul(&wtr.transpose(0, 1))),
+    );
+    let (at, atr) = randn(&mut rng, &[13, 4, 6]);
+    let view = at.transpose(0, 2).unwrap(); // [6, 4, 13], strided
+    let got = view.matmul_bias(&w, &bias, MatmulMath::Exact).unwrap();
+    check_mm(
+        "strided 3d + bias",
+        &got,
+        &plus_bias(&atr.transpose(0, 2).matmul(&wr)),
+    );
+    // Bias shape, dtype and device are checked.
+    assert!(a.matmul_bias(&w, &w, MatmulMath::Exact).is_err());
+    let b16 = bias.to_dtype(DType::F16).unwrap();
+    assert!(a.matmul_bias(&w, &b16, MatmulMath::Exact).is_err());
+}
+
+#[test]
 fn matmul_transposed_operands() {
     let mut rng = Rng::new(12);
     for (m, k, n) in [(1, 1, 1), (7, 13, 5), (33, 65, 17)] {

@@ -209,6 +209,10 @@ impl BackendEvent for CpuEvent {
 struct SendPtr(u64);
 
 impl BackendStream for CpuStream {
+    fn fuses_matmul_bias(&self) -> bool {
+        true // the bias rows are added right after the product, while they are in cache
+    }
+
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         if timing {
             let cell = Arc::new(Mutex::new(None));

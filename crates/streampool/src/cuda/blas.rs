@@ -256,7 +256,9 @@ impl Blas {
         } {
             Ok(()) => Ok(true),
             Err(e) => {
-                tracing::debug!("cuBLASLt bias epilogue unavailable for {m}x{n}x{k} {dtype:?}: {e}");
+                tracing::debug!(
+                    "cuBLASLt bias epilogue unavailable for {m}x{n}x{k} {dtype:?}: {e}"
+                );
                 self.lt_unsupported.insert((m, n, k, dtype));
                 Ok(false)
             }

@@ -16,7 +16,7 @@ use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys::{
     cublasComputeType_t, cublasLtEpilogue_t, cublasLtHandle_t, cublasLtMatmulAlgo_t,
     cublasLtMatmulDescAttributes_t, cublasLtMatmulDesc_t, cublasLtMatmulPreferenceAttributes_t,
-    cublasLtMatrixLayout_t, cublasOperation_t, cudaDataType, cudaStream_t,
+    cublasLtMatrixLayout_t, cudaDataType, cudaStream_t,
 };
 use cudarc::driver::sys;
 
@@ -156,15 +156,13 @@ impl BlasLt {
         let dev = &self.device;
         let e = |what: &'static str| move |err| lt_err(dev, what, err);
         // f32 accumulation in every dtype (no TF32: f32 plans serve exact-math matmuls only).
-        let desc = lt::create_matmul_desc(cublasComputeType_t::CUBLAS_COMPUTE_32F, cudaDataType::CUDA_R_32F)
-            .map_err(e("create matmul desc"))?;
-        let op = |t: bool| {
-            if t {
-                cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cublasOperation_t::CUBLAS_OP_N
-            }
-        };
+        let desc = lt::create_matmul_desc(
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cudaDataType::CUDA_R_32F,
+        )
+        .map_err(e("create matmul desc"))?;
+        // cublasOperation_t values (the attribute is an int32): CUBLAS_OP_N 0, CUBLAS_OP_T 1.
+        let op = |t: bool| -> i32 { i32::from(t) };
         let (op_a, op_b) = (op(key.trans_a), op(key.trans_b));
         let epilogue = cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS;
         let set = |attr, p: *const c_void, size| {
@@ -173,10 +171,18 @@ impl BlasLt {
         };
         let setup = || -> Result<Plan> {
             use cublasLtMatmulDescAttributes_t as A;
-            set(A::CUBLASLT_MATMUL_DESC_TRANSA, (&op_a as *const cublasOperation_t).cast(), 4)
-                .map_err(e("set transa"))?;
-            set(A::CUBLASLT_MATMUL_DESC_TRANSB, (&op_b as *const cublasOperation_t).cast(), 4)
-                .map_err(e("set transb"))?;
+            set(
+                A::CUBLASLT_MATMUL_DESC_TRANSA,
+                (&op_a as *const i32).cast(),
+                4,
+            )
+            .map_err(e("set transa"))?;
+            set(
+                A::CUBLASLT_MATMUL_DESC_TRANSB,
+                (&op_b as *const i32).cast(),
+                4,
+            )
+            .map_err(e("set transb"))?;
             set(
                 A::CUBLASLT_MATMUL_DESC_EPILOGUE,
                 (&epilogue as *const cublasLtEpilogue_t).cast(),
@@ -184,8 +190,16 @@ impl BlasLt {
             )
             .map_err(e("set epilogue"))?;
             // Stored shapes: a is m x k (k x m if transposed), b is k x n (n x k).
-            let (ar, ac) = if key.trans_a { (key.k, key.m) } else { (key.m, key.k) };
-            let (br, bc) = if key.trans_b { (key.n, key.k) } else { (key.k, key.n) };
+            let (ar, ac) = if key.trans_a {
+                (key.k, key.m)
+            } else {
+                (key.m, key.k)
+            };
+            let (br, bc) = if key.trans_b {
+                (key.n, key.k)
+            } else {
+                (key.k, key.n)
+            };
             let la = lt::create_matrix_layout(data, ar, ac, key.lda).map_err(e("layout a"))?;
             let lb = lt::create_matrix_layout(data, br, bc, key.ldb).map_err(e("layout b"))?;
             let ld = lt::create_matrix_layout(data, key.m, key.n, key.m as i64)

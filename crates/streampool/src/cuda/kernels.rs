@@ -449,8 +449,7 @@ impl Launcher<'_> {
                 let (px, pr, pg, pb, po) =
                     (x.0, residual.map_or(0, |r| r.0), gamma.0, beta.0, out.0);
                 let (r, c) = (rows as u64, cols as u64);
-                if cols % 4 == 0 && cols <= 4 * 32 * LN_GROUPS && aligned16(&[px, pr, pg, pb, po])
-                {
+                if cols % 4 == 0 && cols <= 4 * 32 * LN_GROUPS && aligned16(&[px, pr, pg, pb, po]) {
                     return self.go(
                         m.layer_norm_warp.get(dtype)?,
                         rows.div_ceil(LN_ROWS_PER_BLOCK).min(MAX_BLOCKS) as u32,

@@ -211,6 +211,10 @@ impl BackendStream for CudaStream {
         !self.is_capture
     }
 
+    fn fuses_matmul_bias(&self) -> bool {
+        true // cuBLASLt's bias epilogue
+    }
+
     fn capture_stream(&self) -> Result<Option<Arc<dyn BackendStream>>> {
         if self.is_capture {
             return Err(Error::InvalidArgument("graphs: nested capture".into()));

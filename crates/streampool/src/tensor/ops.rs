@@ -216,10 +216,21 @@ impl Tensor {
             Some(b) => {
                 b.same_dtype(self, OP)?;
                 b.same_device(self, OP)?;
+                if !self.device().current_stream()?.inner.fuses_matmul_bias() {
+                    // The checks above and below run in matmul_with and bias_act.
+                    return self
+                        .matmul_with(rhs, math)?
+                        .bias_act(b, Activation::Identity);
+                }
                 if b.dims() != [n] {
                     return Err(Error::shape(
                         OP,
-                        format!("bias {:?} must be [{n}] for {:?} @ {:?}", b.dims(), self.dims(), rhs.dims()),
+                        format!(
+                            "bias {:?} must be [{n}] for {:?} @ {:?}",
+                            b.dims(),
+                            self.dims(),
+                            rhs.dims()
+                        ),
                     ));
                 }
                 Some(b.contiguous()?)

@@ -542,8 +542,14 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             m,
             n,
             k: kk,
+            bias,
             ..
         } => {
+            if bias.is_some() {
+                return Err(Error::InvalidArgument(
+                    "wgpu matmul with a fused bias (the backend does not fuse it: Tensor::matmul_bias adds it separately)".into(),
+                ));
+            }
             if batch * m * n == 0 {
                 return Ok(None);
             }
