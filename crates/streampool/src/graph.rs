@@ -788,13 +788,14 @@ pub(crate) fn hand_back(
     pool: impl IntoIterator<Item = (DevicePtr, usize)>,
 ) {
     for (ptr, size) in pool {
-        allocator.free_lazy(
+        // Infallible lookup: the stream is at hand.
+        let _ = allocator.free_lazy(
             Block {
                 ptr,
                 size,
                 stream: slot,
             },
-            stream.clone(),
+            || Ok(stream.clone()),
         );
     }
 }

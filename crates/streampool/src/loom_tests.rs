@@ -185,7 +185,7 @@ fn loom_allocator_cross_stream_reuse() {
             block,
             vec![Guard {
                 stream: 2,
-                event: Some(guard_event),
+                event: guard_event,
             }],
         );
 
@@ -231,7 +231,7 @@ fn loom_allocator_no_double_handout() {
             warm,
             vec![Guard {
                 stream: 1,
-                event: Some(done),
+                event: done,
             }],
         );
         let threads: Vec<_> = (1..3)
@@ -285,7 +285,7 @@ fn loom_allocator_requests_at_the_limit_wait_for_releases_in_flight() {
             big,
             vec![Guard {
                 stream: 3,
-                event: Some(guard_event),
+                event: guard_event,
             }],
         );
         let requesters: Vec<_> = (1..3)
