@@ -307,9 +307,15 @@ impl CachingAllocator {
             return Ok(Some(ptr));
         }
         // Reuse a same-size block still in use elsewhere, ordered by a device-side wait.
+        let own_shard = s.min(self.shards.len() - 1);
         let pending = self.shards.iter().enumerate().find_map(|(owner, shard)| {
             // Lock: one shard at a time, nothing else held.
             let mut sh = shard.0.lock();
+            if owner != own_shard && sh.lazy_of(size) {
+                // Freed lazily since the drain above (loom found this race): give it an
+                // event to wait on.
+                sh.resolve(owner);
+            }
             let b = sh.take_any(size)?;
             sh.stats.cache_hits += 1;
             sh.stats.event_gated_reuses += 1;
@@ -317,9 +323,9 @@ impl CachingAllocator {
         });
         if let Some((owner, block)) = pending {
             self.note_alloc(size);
-            // `drain_idle` above resolved every lazy guard; one whose record failed is still
-            // lazy, and no wait can cover it, so that counts as a failed wait.
-            let lazy_left = block.lazy && owner != s.min(self.shards.len() - 1);
+            // Every lazy guard of another stream was resolved above; one whose record failed
+            // is still lazy, and no wait can cover it, so that counts as a failed wait.
+            let lazy_left = block.lazy && owner != own_shard;
             let waited = if lazy_left {
                 Err(Error::Backend {
                     device: self.device_name.clone(),
