@@ -10,13 +10,16 @@
 //!   queue ops that allocate and free (`affine` on `[16]`, result dropped) for a fixed window,
 //!   synchronizing their stream every 256 ops; total ops/s at 1, 2, 8, 16 and 64 threads.
 //!
-//! Both under each event policy: `auto` (the backend's choice: eager on the CPU) and `lazy`
-//! (what CUDA uses: no event per op or per free), so the CPU run exercises CUDA's host path.
+//! Rows: a device of its own (`cpu_with`/`cuda_with`) under each event policy, `auto` (the
+//! backend's choice: eager on the CPU, lazy on CUDA) and `lazy` (what CUDA uses: no event per
+//! op or per free, so the CPU run exercises CUDA's host path), and `pwide`: the process-wide
+//! device (`Device::cpu()`/`Device::cuda(0)`, what the CLI and the bench use), default policy.
 //!
 //! `cargo run --release -p streampool --example host_cost [perop] [threads]` (both when no
 //! argument is given). `HOST_COST_DEVICE=cuda` (with `--features cuda`) runs it on GPU 0;
-//! `HOST_COST_EVENTS=auto|lazy` runs one policy only; `HOST_COST_OPS` sets the chain length (default 50000), `HOST_COST_WINDOW_MS` the window
-//! per thread count (default 1000), `HOST_COST_THREADS` the counts (`1,2,8,16,64`).
+//! `HOST_COST_EVENTS=auto|lazy|pwide` runs one row only; `HOST_COST_OPS` sets the chain
+//! length (default 50000), `HOST_COST_WINDOW_MS` the window per thread count (default 1000),
+//! `HOST_COST_THREADS` the counts (`1,2,8,16,64`).
 //! Under `valgrind --tool=callgrind --toggle-collect='*queue_chain*'` the instruction count of
 //! `perop` divided by the ops queued is the per-op host cost in instructions.
 
@@ -33,16 +36,26 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn device(events: EventPolicy) -> Result<Device> {
+/// A device of its own with this event policy, or (`None`) the process-wide one.
+fn device(events: Option<EventPolicy>) -> Result<Device> {
+    let cuda = std::env::var("HOST_COST_DEVICE").as_deref() == Ok("cuda");
+    let Some(events) = events else {
+        #[cfg(feature = "cuda")]
+        if cuda {
+            return Device::cuda(0);
+        }
+        return Ok(Device::cpu());
+    };
     let config = DeviceConfig {
         events,
         ..DeviceConfig::default()
     };
-    match std::env::var("HOST_COST_DEVICE").as_deref() {
-        #[cfg(feature = "cuda")]
-        Ok("cuda") => Device::cuda_with(0, config),
-        _ => Device::cpu_with(config),
+    #[cfg(feature = "cuda")]
+    if cuda {
+        return Device::cuda_with(0, config);
     }
+    let _ = cuda; // without the feature, only the CPU
+    Device::cpu_with(config)
 }
 
 /// Queues `pairs` pairs of ops (each allocates an output, frees the previous one) and returns
@@ -116,10 +129,14 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |m: &str| args.is_empty() || args.iter().any(|a| a == m);
     let only = std::env::var("HOST_COST_EVENTS").ok();
-    let policies: Vec<_> = [("auto", EventPolicy::Auto), ("lazy", EventPolicy::Lazy)]
-        .into_iter()
-        .filter(|(name, _)| only.as_deref().is_none_or(|o| o == *name))
-        .collect();
+    let policies: Vec<_> = [
+        ("auto", Some(EventPolicy::Auto)),
+        ("lazy", Some(EventPolicy::Lazy)),
+        ("pwide", None),
+    ]
+    .into_iter()
+    .filter(|(name, _)| only.as_deref().is_none_or(|o| o == *name))
+    .collect();
     if want("perop") {
         let ops = env_usize("HOST_COST_OPS", 50_000);
         println!("per-op host cost (affine [16] chain of {ops}, median of 5)");

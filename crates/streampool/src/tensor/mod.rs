@@ -65,8 +65,7 @@ pub(crate) fn launch(
     outs: Vec<OutSpec>,
     build: impl FnOnce(&[DevicePtr]) -> Kernel,
 ) -> Result<Vec<Tensor>> {
-    let stream = device.current_stream()?;
-    launch_on(&stream, inputs, outs, build)
+    crate::stream_pool::with_current_stream(device, |stream| launch_on(stream, inputs, outs, build))
 }
 
 pub(crate) fn launch_on(
