@@ -162,7 +162,12 @@ impl Drop for Storage {
             }
             return;
         }
-        let uses = self.used_slots();
+        // Own stream only, eager events: one guard, without building the list of users.
+        let uses = if own_only {
+            vec![block.stream]
+        } else {
+            self.used_slots()
+        };
         let pool = self.device.pool();
         let mut guards = Vec::with_capacity(uses.len());
         for s in uses {
