@@ -135,7 +135,7 @@ impl Device {
         match self.0 {
             Handle::ProcessWide(_) => self,
             // Leaks one strong count: the state is never dropped, which is the point.
-            Handle::Counted(inner) => Device(Handle::ProcessWide(&**Box::leak(Box::new(inner)))),
+            Handle::Counted(inner) => Device(Handle::ProcessWide(Box::leak(Box::new(inner)))),
         }
     }
 
