@@ -5,7 +5,8 @@
 //! used it, recorded at the moment of the free. A later request on stream `s` may take it:
 //!
 //! 1. from `s`'s own list once its guards on *other* streams have completed (work on `s`
-//!    itself is ordered by the stream, so needs no check) — the common, sync-free path;
+//!    itself is ordered by the stream, so needs no check) — the common, sync-free path, which
+//!    locks `s`'s shard only (see **Locks** below);
 //! 2. from another stream's list once all its guards (except on `s`) have completed. This
 //!    is what keeps memory from growing with the number of streams (unlike one pool per
 //!    stream, where every pool grows to the peak);
@@ -38,9 +39,9 @@
 //! **Lazy guards.** Where events cost a driver call (CUDA), a block used by one stream only
 //! is freed with a *lazy* guard: no event, just "stream `t` used it up to now". Its own
 //! stream reuses it at once (stream order covers it), so a thread running on its own stream
-//! records no event at all in steady state. When another stream needs memory and finds
-//! nothing ready, the allocator *resolves* lazy guards: one event per stream covers all of
-//! that stream's lazily freed blocks. (The profile of the first H100 runs showed one event
+//! records no event at all in steady state. When another stream needs a block of a class
+//! that a stream's list holds lazily, the allocator *resolves* that stream's lazy guards: one
+//! event covers all of its lazily freed blocks (a release resolves every stream's). (The profile of the first H100 runs showed one event
 //! per freed block was what stopped per-thread throughput from scaling.)
 //!
 //! **Locks.** The lists are sharded per stream slot ([`shard`]): each slot's free lists, lazy
