@@ -4,7 +4,7 @@ use std::path::Path;
 
 use std::sync::Arc;
 
-use streampool::{Device, DeviceKind, GraphCache, Tensor};
+use streampool::{Device, GraphCache, Tensor};
 
 use crate::layers::{AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer};
 use crate::weights::{HostTensor, WeightFile};
@@ -220,8 +220,9 @@ impl BertModel {
     }
 
     /// Loads `dir/config.json` and `dir/model.safetensors` onto `device` and converts the
-    /// weights to `dtype` once. The wgpu backend runs `ComputeDType::F32` only: the others
-    /// fail here with [`Error::Input`].
+    /// weights to `dtype` once. A dtype the device cannot compute in fails here, at the
+    /// conversion (on wgpu: `Bf16` always, as WGSL has no bf16 type; `F16` where the adapter
+    /// lacks `SHADER_F16`; `Tf32` runs in full f32).
     ///
     /// ```
     /// use streampool::{DType, Device};
@@ -242,11 +243,6 @@ impl BertModel {
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         if dtype == self.dtype {
             return Ok(self.clone());
-        }
-        if matches!(self.device.kind(), DeviceKind::Wgpu(_)) {
-            return Err(Error::Input(format!(
-                "the wgpu backend runs f32 only, not {dtype}: use --dtype f32 (or the CUDA or CPU backend)"
-            )));
         }
         if self.dtype != ComputeDType::F32 {
             return Err(Error::Input(format!(

@@ -18,7 +18,8 @@ use crate::{Error, Result};
 /// | `F16`  | f16     | f16 inputs, f32 accumulation             |
 /// | `Bf16` | bf16    | bf16 inputs, f32 accumulation            |
 ///
-/// The wgpu backend supports `F32` only.
+/// The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` where the adapter has
+/// `SHADER_F16`; `Bf16` fails at load there (WGSL has no bf16 type).
 ///
 /// ```
 /// use streampool_nn::ComputeDType;

@@ -35,7 +35,9 @@
 //! matmuls accumulate in f32, LayerNorm and softmax statistics in f32, attention and
 //! mean-pool + normalize as single fused kernels). Embeddings are f32 in every dtype. f32 and
 //! tf32 keep the unfused attention path, whose results the f32 reference tests pin down.
-//! The wgpu backend runs `F32` only; other dtypes fail at load. Measured on the CPU backend
+//! The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` (where the adapter has
+//! `SHADER_F16`: WGSL kernels with `enable f16`); `Bf16`, and `F16` without the feature,
+//! fail at load with an error that says why. Measured on the CPU backend
 //! (`tests/minilm.rs`, `tests/half.rs`), the minimum cosine to the fp32 sentence-transformers
 //! embeddings over the reference sentences is 0.999999 (f16) and 0.99995 (bf16) on
 //! all-MiniLM-L6-v2; tiny-bert's last hidden state is within 3e-3 (f16) and 3e-2 (bf16) of

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use streampool::Device;
+use streampool::{DType, Device};
 use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, ComputeDType, SentenceEmbedder};
 
 fn gpu() -> Option<Device> {
@@ -57,14 +57,59 @@ fn minilm_on_wgpu_matches_sentence_transformers() {
         dev.name()
     );
     assert!(c >= 0.9999, "min cosine {c}");
+    // f16 (weights converted at load), where the adapter has SHADER_F16: the bound of
+    // DESIGN.md, per sentence.
+    if has_f16(&dev) {
+        let emb = SentenceEmbedder::load_with(&dev, &dir, ComputeDType::F16).unwrap();
+        let got = emb.embed(&refs(&texts(&r))).unwrap();
+        let (d, c) = compare_sentences(&got, &r, "embedding");
+        println!(
+            "wgpu MiniLM f16 on {}: max abs diff {d:.3e}, min cosine {c:.12}",
+            dev.name()
+        );
+        assert!(c >= 0.999, "f16 min cosine {c}");
+    }
 }
 
+/// Whether the device computes in F16 (its adapter has `SHADER_F16`); says so loudly if not.
+fn has_f16(dev: &Device) -> bool {
+    let ok = streampool::Tensor::zeros(&[1], dev)
+        .and_then(|t| t.to_dtype(DType::F16))
+        .is_ok();
+    if !ok {
+        eprintln!(
+            "!!! {} has no SHADER_F16: the F16 model checks are SKIPPED",
+            dev.name()
+        );
+    }
+    ok
+}
+
+/// tiny-bert in f16 (WGSL `enable f16`: fused attention and mean-pool kernels, f32
+/// statistics) and tf32 (full f32 on wgpu) against the float64 reference, with the CPU
+/// backend's bounds (`half.rs`).
 #[test]
-fn half_dtypes_on_wgpu_fail_at_load_with_a_clear_error() {
+fn tiny_bert_f16_and_tf32_on_wgpu_match_reference() {
     let Some(dev) = gpu() else { return };
-    for dtype in [ComputeDType::Tf32, ComputeDType::F16, ComputeDType::Bf16] {
-        let e = BertModel::load_with(&dev, tiny_bert_dir(), dtype).unwrap_err();
-        assert!(e.to_string().contains("f32 only"), "{dtype}: {e}");
+    check_tiny_bert_dtype_on(&dev, "wgpu", ComputeDType::Tf32, 1e-4, 0.99999);
+    if has_f16(&dev) {
+        check_tiny_bert_dtype_on(&dev, "wgpu", ComputeDType::F16, 1e-2, 0.9999);
+    }
+}
+
+/// BF16 fails at load with an error naming WGSL (no bf16 type); F16 loads where the adapter
+/// has SHADER_F16 and fails at load naming the feature where it does not.
+#[test]
+fn bf16_on_wgpu_fails_at_load_with_a_clear_error() {
+    let Some(dev) = gpu() else { return };
+    let e = BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::Bf16).unwrap_err();
+    assert!(e.to_string().contains("WGSL"), "{e}");
+    match BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::F16) {
+        Ok(m) => assert!(has_f16(&dev) && m.dtype() == ComputeDType::F16),
+        Err(e) => assert!(
+            !has_f16(&dev) && e.to_string().contains("SHADER_F16"),
+            "{e}"
+        ),
     }
     assert!(BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::F32).is_ok());
 }

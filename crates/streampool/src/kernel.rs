@@ -114,10 +114,13 @@ pub enum Kernel {
         out: DevicePtr,
         elem_size: usize,
     },
-    /// `out[b] = a[b] @ b[b]` with `a: [batch, m, k]`, `b: [batch, k, n]`, `out: [batch, m, n]`.
+    /// `out[b] = a[b] @ b[b]` with `a: [batch, m, k]`, `b: [batch, k, n]`, `out: [batch, m, n]`,
+    /// plus `bias[j]` on every output column `j` when `bias` (`n` contiguous elements) is set
+    /// (the CUDA backend adds it in the GEMM's epilogue).
     Matmul {
         a: MatOperand,
         b: MatOperand,
+        bias: Option<DevicePtr>,
         out: DevicePtr,
         batch: usize,
         m: usize,

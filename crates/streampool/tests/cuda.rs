@@ -822,6 +822,11 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].bias_act(&t[1], Activation::Gelu)),
         ),
         (
+            "bias gelu, odd width (scalar kernel)",
+            vec![vec![b * s, 37], vec![37]],
+            Box::new(|t| t[0].bias_act(&t[1], Activation::Gelu)),
+        ),
+        (
             "add broadcast",
             vec![vec![b, s, h], vec![s, h]],
             Box::new(|t| t[0].add(&t[1])),
@@ -830,6 +835,16 @@ fn half_ops_match_the_cpu_backend() {
             "add_layer_norm",
             vec![vec![b * s, h], vec![b * s, h], vec![h], vec![h]],
             Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-12)),
+        ),
+        (
+            "add_layer_norm 1024 (widest warp row)",
+            vec![vec![b * s, 1024], vec![b * s, 1024], vec![1024], vec![1024]],
+            Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-5)),
+        ),
+        (
+            "add_layer_norm 1030 (block row)",
+            vec![vec![b * s, 1030], vec![b * s, 1030], vec![1030], vec![1030]],
+            Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-5)),
         ),
         (
             "softmax",
@@ -856,6 +871,16 @@ fn half_ops_match_the_cpu_backend() {
             "attention d=64 no mask",
             vec![vec![2, 300, 3 * 128]],
             Box::new(|t| t[0].attention(None, 2)),
+        ),
+        (
+            "attention d=128, 2 tiles",
+            vec![vec![2, 130, 3 * 256]],
+            Box::new(|t| t[0].attention(None, 2)),
+        ),
+        (
+            "attention d=16, 1 query",
+            vec![vec![3, 1, 3 * 64]],
+            Box::new(|t| t[0].attention(None, 4)),
         ),
         (
             "attention d=20",

@@ -4,6 +4,9 @@
 //! Tolerance: ‖got − want‖ / ‖want‖ at most 1e-5 (`F32`), 1e-3 (`F16`) and 1e-2 (`BF16`):
 //! the output is rounded once to the storage type (2^-11 and 2^-8 relative), and for the
 //! fused ops intermediate results are rounded as they would be on the GPU.
+//!
+//! This file is its own test binary on the CPU backend (every dtype), and `tests/wgpu.rs`
+//! runs it again as a module on a wgpu device, with the dtypes that device computes in.
 
 mod reference;
 
@@ -14,6 +17,22 @@ use streampool::{Activation, DType, Device, MatmulMath, Tensor};
 type F64Fn = fn(f64) -> f64;
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+fn dev() -> Device {
+    crate::device_under_test()
+}
+
+/// The device of this suite when it is its own test binary (the CPU).
+#[allow(dead_code)]
+pub(crate) fn device_under_test() -> Device {
+    Device::cpu()
+}
+
+/// The dtypes the device under test computes in (on the CPU, all of them).
+#[allow(dead_code)]
+pub(crate) fn dtypes_under_test() -> Vec<DType> {
+    DTYPES.to_vec()
+}
 
 fn tol(dt: DType) -> f64 {
     match dt {
@@ -34,7 +53,7 @@ fn round(x: f32, dt: DType) -> f64 {
 
 /// A `dt` tensor of `data` (converted on the device by `to_dtype`) and its exact values.
 fn upload(data: &[f32], shape: &[usize], dt: DType) -> (Tensor, Vec<f64>) {
-    let t = Tensor::from_slice(data, shape, &Device::cpu())
+    let t = Tensor::from_slice(data, shape, &dev())
         .unwrap()
         .to_dtype(dt)
         .unwrap();
@@ -81,7 +100,7 @@ fn gelu(x: f64) -> f64 {
 fn matmul_in_every_dtype_and_math_mode() {
     let mut rng = Rng::new(1);
     let (b, m, k, n) = (3, 17, 40, 9);
-    for dt in DTYPES {
+    for dt in crate::dtypes_under_test() {
         let (x, xv) = normals(&mut rng, &[b, m, k], dt);
         // The right operand is read through a transposed view.
         let (w, wv) = normals(&mut rng, &[n, k], dt);
@@ -106,7 +125,7 @@ fn matmul_in_every_dtype_and_math_mode() {
 #[test]
 fn elementwise_ops_in_every_dtype() {
     let mut rng = Rng::new(2);
-    for dt in DTYPES {
+    for dt in crate::dtypes_under_test() {
         let (a, av) = normals(&mut rng, &[4, 5, 6], dt);
         let (r, rv) = normals(&mut rng, &[6], dt);
         let bc = |f: fn(f64, f64) -> f64| -> Vec<f64> {
@@ -156,7 +175,7 @@ fn elementwise_ops_in_every_dtype() {
 fn rows_ops_in_every_dtype() {
     let mut rng = Rng::new(3);
     let (rows, cols) = (7, 300);
-    for dt in DTYPES {
+    for dt in crate::dtypes_under_test() {
         let (x, xv) = normals(&mut rng, &[rows, cols], dt);
         let (res, resv) = normals(&mut rng, &[rows, cols], dt);
         let (g, gv) = normals(&mut rng, &[cols], dt);
@@ -194,7 +213,7 @@ fn rows_ops_in_every_dtype() {
             .map(|i| (0..30).map(|a| xv[(i / 10) * cols + a * 10 + i % 10]).sum())
             .collect();
         close("sum axis 1", dt, &x3.sum(1, false).unwrap(), &want);
-        let ids = Tensor::from_vec(vec![3i64, 0, 6, 3], &[2, 2], &Device::cpu()).unwrap();
+        let ids = Tensor::from_vec(vec![3i64, 0, 6, 3], &[2, 2], &dev()).unwrap();
         let want: Vec<f64> = [3, 0, 6, 3]
             .iter()
             .flat_map(|&r| xv[r * cols..(r + 1) * cols].to_vec())
@@ -251,9 +270,9 @@ fn fused_attention_in_every_dtype() {
         if batch > 2 {
             mask[2 * seq..].fill(0.0);
         }
-        for dt in DTYPES {
+        for dt in crate::dtypes_under_test() {
             let (qkv, qv) = normals(&mut rng, &[batch, seq, 3 * heads * d], dt);
-            let m = Tensor::from_slice(&mask, &[batch, seq], &Device::cpu()).unwrap();
+            let m = Tensor::from_slice(&mask, &[batch, seq], &dev()).unwrap();
             let y = qkv.attention(Some(&m), heads).unwrap();
             assert_eq!((y.dims(), y.dtype()), (&[batch, seq, heads * d][..], dt));
             close(
@@ -281,9 +300,9 @@ fn mean_pool_normalize_in_every_dtype() {
     let mask: Vec<f32> = (0..batch * seq)
         .map(|i| (i % seq < 2 + 3 * (i / seq)) as u8 as f32)
         .collect();
-    for dt in DTYPES {
+    for dt in crate::dtypes_under_test() {
         let (x, xv) = normals(&mut rng, &[batch, seq, dim], dt);
-        let m = Tensor::from_slice(&mask, &[batch, seq], &Device::cpu()).unwrap();
+        let m = Tensor::from_slice(&mask, &[batch, seq], &dev()).unwrap();
         let y = x.mean_pool_normalize(&m).unwrap();
         assert_eq!((y.dims(), y.dtype()), (&[batch, dim][..], DType::F32));
         let mut want = Vec::new();

@@ -1,22 +1,29 @@
-//! The wgpu suite: the op suite (`ops.rs`, every op against float64), the concurrency suite
-//! (`concurrency.rs`) and the allocator suite (`allocator.rs`) run here again, unchanged, on
-//! a wgpu device (Mesa's lavapipe in CI, NVIDIA's Vulkan driver on the H100), plus the
-//! tests of what only this backend has (the quarantine lock, buffer-relative pointers).
+//! The wgpu suite: the op suite (`ops.rs`, every op against float64), the dtype suite
+//! (`dtypes.rs`: every float op in F32, and in F16 where the adapter has `SHADER_F16`,
+//! against float64), the concurrency suite (`concurrency.rs`) and the allocator suite
+//! (`allocator.rs`) run here again, unchanged, on a wgpu device (Mesa's lavapipe in CI,
+//! NVIDIA's Vulkan driver on the H100), plus the tests of what only this backend has (the
+//! quarantine lock, buffer-relative pointers, the matmul tiles, the dtype errors).
 //!
 //! The shared suites ask this file's root for their device (`device_under_test`,
 //! `device_with`). Where no wgpu adapter exists at all, that says so loudly on stderr and the
 //! shared suites fall back to the CPU backend (they have no early return of their own), while
 //! this file's own tests print "no wgpu adapter, skipping" and return.
 #![cfg(feature = "wgpu")]
+// `ops.rs` and `dtypes.rs` each load `reference/` themselves (each is also its own test
+// binary), so this binary holds two copies of it.
+#![allow(clippy::duplicate_mod)]
 
 use std::sync::{Arc, OnceLock};
 
-use streampool::{Device, DeviceConfig, Tensor, WgpuConfig, WgpuQuarantine};
+use streampool::{DType, Device, DeviceConfig, Tensor, WgpuConfig, WgpuQuarantine};
 
 #[path = "allocator.rs"]
 mod allocator;
 #[path = "concurrency.rs"]
 mod concurrency;
+#[path = "dtypes.rs"]
+mod dtypes;
 #[path = "ops.rs"]
 mod ops;
 
@@ -54,6 +61,34 @@ pub(crate) fn device_with(config: DeviceConfig) -> streampool::Result<Device> {
     } else {
         Device::cpu_with(config)
     }
+}
+
+/// Whether the device computes in F16 (its adapter has `SHADER_F16`), said loudly once.
+fn half_supported() -> bool {
+    static HALF: OnceLock<bool> = OnceLock::new();
+    *HALF.get_or_init(|| {
+        let half = have_adapter()
+            && Tensor::zeros(&[2], &device_under_test())
+                .and_then(|t| t.to_dtype(DType::F16))
+                .is_ok();
+        if !half {
+            eprintln!("!!! NO SHADER_F16 on this adapter: the F16 tests run in F32 only !!!");
+        }
+        half
+    })
+}
+
+/// The dtypes of the dtype suite: F32, and F16 where the adapter has `SHADER_F16` (BF16 is
+/// never computed on wgpu: WGSL has no bf16 type).
+pub(crate) fn dtypes_under_test() -> Vec<DType> {
+    if !have_adapter() {
+        return vec![DType::F32, DType::F16, DType::BF16]; // the CPU fallback runs them all
+    }
+    let mut v = vec![DType::F32];
+    if half_supported() {
+        v.push(DType::F16);
+    }
+    v
 }
 
 fn gpu() -> Option<Device> {
@@ -141,4 +176,144 @@ fn blocks_over_the_binding_limit_are_errors() {
     assert!(Tensor::zeros(&[huge], &dev).is_err());
     let x = Tensor::from_vec(vec![1.0f32, -2.0], &[2], &dev).unwrap();
     assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
+}
+
+/// BF16 is an error naming WGSL; F16 works where the adapter has `SHADER_F16` and is an
+/// error naming the feature where it does not. The device keeps working after either.
+#[test]
+fn bf16_is_a_clear_error_and_f16_follows_the_adapter() {
+    let Some(dev) = gpu() else { return };
+    let x = Tensor::from_vec(vec![1.5f32, -2.0, 0.25], &[3], &dev).unwrap();
+    let e = x.to_dtype(DType::BF16).unwrap_err().to_string();
+    assert!(e.contains("BF16") && e.contains("WGSL"), "{e}");
+    match x.to_dtype(DType::F16) {
+        Ok(h) => {
+            assert!(half_supported());
+            let y = h.relu().unwrap().to_dtype(DType::F32).unwrap();
+            assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.5, 0.0, 0.25]);
+        }
+        Err(e) => {
+            assert!(!half_supported());
+            assert!(e.to_string().contains("SHADER_F16"), "{e}");
+        }
+    }
+    assert_eq!(
+        x.relu().unwrap().to_vec::<f32>().unwrap(),
+        vec![1.5, 0.0, 0.25]
+    );
+}
+
+/// Every matmul kernel (the 16x16 tile and the register-blocked 32x32 and 64x64 ones, forced
+/// through `WgpuConfig::matmul_tile`) against float64, at sizes that leave partial tiles (1,
+/// 7, 65, 129), batched, with a transposed right operand (the models' `W^T` view), a
+/// transposed left one, a broadcast batch and views at offsets; in F32 and, where the
+/// adapter has it, F16 (tolerance 1e-5 and 1e-3, norm-relative).
+#[test]
+fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
+    if gpu().is_none() {
+        return;
+    }
+    let mut seed = 0u64;
+    let mut values = |len: usize| -> Vec<f32> {
+        seed += 1;
+        (0..len as u64)
+            .map(|i| {
+                let h = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
+                ((h >> 40) % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    };
+    let shapes = [
+        (1, 7, 65),
+        (7, 65, 129),
+        (65, 129, 1),
+        (129, 65, 129),
+        (65, 1, 7),
+        (129, 129, 65),
+    ];
+    for tile in [16, 32, 64] {
+        let dev = Device::wgpu_with(WgpuConfig {
+            matmul_tile: Some(tile),
+            ..WgpuConfig::default()
+        })
+        .unwrap();
+        for dt in dtypes_under_test() {
+            let tol = if dt == DType::F16 { 1e-3 } else { 1e-5 };
+            // The value each input takes in `dt`.
+            let exact = |v: &[f32]| -> Vec<f64> {
+                v.iter()
+                    .map(|&x| match dt {
+                        DType::F16 => half::f16::from_f32(x).to_f64(),
+                        _ => x as f64,
+                    })
+                    .collect()
+            };
+            for (m, k, n) in shapes {
+                let batch = 3;
+                let a = values(batch * m * k);
+                // The right operand is stored [n, k] and used through its transpose; the
+                // left one both as it is and through the transpose of a [k, m] copy.
+                let w = values(n * k);
+                let (av, wv) = (exact(&a), exact(&w));
+                let mut want = vec![0.0f64; batch * m * n];
+                for bi in 0..batch {
+                    for i in 0..m {
+                        for j in 0..n {
+                            want[(bi * m + i) * n + j] = (0..k)
+                                .map(|l| av[(bi * m + i) * k + l] * wv[j * k + l])
+                                .sum();
+                        }
+                    }
+                }
+                let check = |what: &str, got: &Tensor| {
+                    assert_eq!(got.dims(), &[batch, m, n], "{what}");
+                    let g = got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                    let err: f64 = g
+                        .iter()
+                        .zip(&want)
+                        .map(|(g, w)| (*g as f64 - w).powi(2))
+                        .sum::<f64>()
+                        .sqrt();
+                    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt().max(1e-30);
+                    assert!(
+                        err / norm <= tol,
+                        "tile {tile} {dt:?} {m}x{k}x{n} {what}: relative error {:.2e}",
+                        err / norm
+                    );
+                };
+                let up = |v: &[f32], shape: &[usize]| {
+                    Tensor::from_slice(v, shape, &dev)
+                        .unwrap()
+                        .to_dtype(dt)
+                        .unwrap()
+                };
+                let at = up(&a, &[batch, m, k]);
+                let wt = up(&w, &[n, k]).t().unwrap();
+                check("A W^T (shared right operand)", &at.matmul(&wt).unwrap());
+                // A stored as [batch, k, m] and read transposed; W^T made contiguous.
+                let a_km: Vec<f32> = (0..batch * k * m)
+                    .map(|e| {
+                        let (bi, l, i) = (e / (k * m), (e / m) % k, e % m);
+                        a[(bi * m + i) * k + l]
+                    })
+                    .collect();
+                let a_t = up(&a_km, &[batch, k, m]).transpose(1, 2).unwrap();
+                let w_kn = wt.contiguous().unwrap();
+                check(
+                    "A^T W (transposed left operand)",
+                    &a_t.matmul(&w_kn).unwrap(),
+                );
+                // A view one row into a larger buffer: the offset travels as an element offset.
+                let mut padded = values(k);
+                padded.extend_from_slice(&a);
+                let a_off = up(&padded, &[batch * m + 1, k])
+                    .narrow(0, 1, batch * m)
+                    .unwrap()
+                    .reshape(&[batch, m, k])
+                    .unwrap();
+                check("A at an offset", &a_off.matmul(&wt).unwrap());
+            }
+        }
+    }
 }

@@ -27,7 +27,8 @@ pub struct Args {
     minilm: bool,
     /// Compute dtype of weights and activations: f32, tf32 (f32 with TF32 tensor-core
     /// matmuls on CUDA), f16 or bf16 (fused attention and pooling, f32 statistics). The
-    /// wgpu backend runs f32 only. Embeddings are printed as f32 in every case.
+    /// wgpu backend runs f32, tf32 (as f32) and f16 (where the adapter has SHADER_F16), not
+    /// bf16. Embeddings are printed as f32 in every case.
     #[arg(long, default_value = "f32", value_name = "DTYPE")]
     dtype: ComputeDType,
     /// Print every embedding in full, as JSON.

@@ -36,7 +36,8 @@ pub struct Args {
     #[arg(long)]
     no_mlp: bool,
     /// Compute dtype of the embedding models: f32, tf32 (TF32 tensor-core matmuls on CUDA),
-    /// f16 or bf16 (fused attention and pooling). The wgpu backend runs f32 only. Responses
+    /// f16 or bf16 (fused attention and pooling). The wgpu backend runs all but bf16 (f16
+    /// where the adapter has SHADER_F16). Responses
     /// are f32 in every case; the MLP stays f32.
     #[arg(long, default_value = "f32", value_name = "DTYPE")]
     dtype: ComputeDType,

@@ -139,10 +139,13 @@ impl Linear {
                 x.dims()
             )));
         }
-        let y = x.matmul_with(&self.weight_t, self.math)?;
-        match &self.bias {
-            Some(b) => Ok(y.bias_act(b, act)?),
-            None => super::activation::apply(&y, act),
+        match (&self.bias, act) {
+            // One GEMM with the bias in its epilogue where the backend fuses it (CUDA).
+            (Some(b), Activation::Identity) => Ok(x.matmul_bias(&self.weight_t, b, self.math)?),
+            // GELU/ReLU: bias and activation in one pass after the GEMM (cuBLASLt's GELU
+            // epilogue is the tanh approximation, not BERT's erf form).
+            (Some(b), _) => Ok(x.matmul_with(&self.weight_t, self.math)?.bias_act(b, act)?),
+            (None, _) => super::activation::apply(&x.matmul_with(&self.weight_t, self.math)?, act),
         }
     }
 }

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use streampool::Device;
-use streampool_nn::{tiny_bert_dir, BertInput, BertModel, SentenceEmbedder};
+use streampool::{DType, Device};
+use streampool_nn::{tiny_bert_dir, BertInput, BertModel, ComputeDType, SentenceEmbedder};
 
 /// Parses `tests/data/<name>`.
 pub fn reference(name: &str) -> Value {
@@ -124,4 +124,46 @@ pub fn check_tiny_bert_on(dev: &Device, label: &str) {
     let (d, c) = compare_sentences(&got, &r, "embedding");
     println!("{label} tiny-bert embeddings: max abs diff {d:.3e}, min cosine {c:.12}");
     assert!(c > 0.99999, "min cosine {c}");
+}
+
+/// tiny-bert in `dtype` on `dev` against its float64 reference: the last hidden state of the
+/// first sentence (max abs diff below `tol`) and every sentence's embedding (cosine at least
+/// `min_cos`). `label` names the backend in the printed figures.
+pub fn check_tiny_bert_dtype_on(
+    dev: &Device,
+    label: &str,
+    dtype: ComputeDType,
+    tol: f64,
+    min_cos: f64,
+) {
+    let r = reference("tiny_bert_reference.json");
+    let model = BertModel::load_with(dev, tiny_bert_dir(), dtype).unwrap();
+    assert_eq!(model.dtype(), dtype);
+    let last = model.forward(&stored_input(&r)).unwrap();
+    assert_eq!(last.dtype(), dtype.dtype());
+    let got = last
+        .narrow(0, 0, 1)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let d = max_abs_diff(&got, &rows(&r["first_sentence"]["last_hidden_state"]));
+    println!(
+        "{label} tiny-bert {dtype}: last hidden state max abs diff {d:.3e} (tolerance {tol:.0e})"
+    );
+    assert!(d < tol, "{label} {dtype}: max abs diff {d}");
+    let emb = SentenceEmbedder::load_with(dev, tiny_bert_dir(), dtype).unwrap();
+    let got = emb.embed(&refs(&texts(&r))).unwrap();
+    let mut worst = 1.0f64;
+    for (i, (g, s)) in got
+        .iter()
+        .zip(r["sentences"].as_array().unwrap())
+        .enumerate()
+    {
+        let c = cosine(g, &f64s(&s["embedding"]));
+        assert!(c >= min_cos, "{label} {dtype} sentence {i}: cosine {c}");
+        worst = worst.min(c);
+    }
+    println!("{label} tiny-bert {dtype}: min embedding cosine {worst:.8} (bound {min_cos})");
 }

@@ -136,6 +136,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
         K::Matmul {
             a,
             b,
+            bias,
             out,
             batch,
             m,
@@ -144,6 +145,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             math,
             ..
         } => K::Matmul {
+            bias: bias.map(|p| w.input(p, n, dt)),
             a: MatOperand {
                 ptr: w.input(a.ptr, mat_extent(&a, batch, m, k), dt),
                 ..a

@@ -43,6 +43,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
         Kernel::Matmul {
             a,
             b,
+            bias,
             out,
             batch,
             m,
@@ -70,6 +71,14 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
                     *n as isize,
                     1,
                 );
+            }
+            if let Some(bias) = bias {
+                let bias = src(*bias, *n);
+                if *n > 0 {
+                    for row in dst(*out, batch * m * n).chunks_exact_mut(*n) {
+                        row.iter_mut().zip(bias).for_each(|(y, &b)| *y += b);
+                    }
+                }
             }
         }
         Kernel::Unary {

@@ -25,6 +25,9 @@ use cudarc::cublas::sys::{
 };
 use cudarc::driver::{result, sys};
 
+use std::collections::HashSet;
+
+use super::blas_lt::{BlasLt, LtOperand};
 use crate::kernel::{MatOperand, MatmulMath};
 use crate::{DType, Error, Result};
 
@@ -37,6 +40,11 @@ pub(crate) struct Blas {
     handle: cublasHandle_t,
     workspace: sys::CUdeviceptr,
     device: String,
+    stream: sys::CUstream,
+    /// cuBLASLt for matmuls with a bias, created on the first one.
+    lt: Option<BlasLt>,
+    /// Shapes cuBLASLt had no algorithm for: those take the GEMM and a bias kernel.
+    lt_unsupported: HashSet<(usize, usize, usize, DType)>,
 }
 
 // SAFETY: the handle and workspace are only used under the owning stream's mutex, one thread
@@ -59,6 +67,9 @@ impl Blas {
             handle,
             workspace: 0,
             device: device.to_string(),
+            stream,
+            lt: None,
+            lt_unsupported: HashSet::new(),
         };
         // SAFETY: `handle` is live; the stream belongs to this context.
         unsafe { blas::set_stream(handle, stream as _) }
@@ -185,6 +196,74 @@ impl Blas {
 /// How cuBLAS should read the transpose of a row-major `[rows, cols]` operand: `N` with
 /// leading dimension `rs` if rows are contiguous (`cs == 1`), else `T` with `cs` (`rs == 1`).
 /// Strides of extent-1 dimensions are arbitrary, so they are replaced by a valid minimum.
+impl Blas {
+    /// Row-major `out[m, n] = a[m, k] @ b[k, n] + bias[n]` in one cuBLASLt GEMM with a bias
+    /// epilogue. `Ok(false)` when this shape or math has no such plan (f32 with TF32, or
+    /// cuBLASLt found no algorithm): the caller then runs the GEMM and a bias kernel.
+    ///
+    /// # Safety
+    /// As [`Blas::matmul`]; `bias` holds `n` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn matmul_bias(
+        &mut self,
+        a: &MatOperand,
+        b: &MatOperand,
+        bias: u64,
+        out: u64,
+        (m, n, k): (usize, usize, usize),
+        dtype: DType,
+        math: MatmulMath,
+    ) -> Result<bool> {
+        if (dtype == DType::F32 && math == MatmulMath::Tf32)
+            || self.lt_unsupported.contains(&(m, n, k, dtype))
+        {
+            return Ok(false);
+        }
+        let (op_b, ld_b) = transposed(b, k, n, &self.device)?;
+        let (op_a, ld_a) = transposed(a, m, k, &self.device)?;
+        if self.lt.is_none() {
+            self.lt = Some(BlasLt::new(&self.device)?);
+        }
+        let Some(lt) = self.lt.as_mut() else {
+            unreachable!("created above")
+        };
+        let t = |op| op == cublasOperation_t::CUBLAS_OP_T;
+        // cuBLAS is column-major: the row-major product is out^T = b^T @ a^T, whose rows are
+        // the output's columns, so the epilogue's per-row bias is the per-column bias here.
+        let lt_a = LtOperand {
+            ptr: b.ptr.0,
+            transposed: t(op_b),
+            ld: ld_b,
+        };
+        let lt_b = LtOperand {
+            ptr: a.ptr.0,
+            transposed: t(op_a),
+            ld: ld_a,
+        };
+        // SAFETY: forwarded from the caller; the workspace is this stream's, and work on
+        // one stream runs in order.
+        match unsafe {
+            lt.matmul_bias(
+                &lt_a,
+                &lt_b,
+                bias,
+                out,
+                (n, m, k),
+                dtype,
+                self.stream,
+                (self.workspace, WORKSPACE_BYTES),
+            )
+        } {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::debug!("cuBLASLt bias epilogue unavailable for {m}x{n}x{k} {dtype:?}: {e}");
+                self.lt_unsupported.insert((m, n, k, dtype));
+                Ok(false)
+            }
+        }
+    }
+}
+
 fn transposed(
     x: &MatOperand,
     rows: usize,

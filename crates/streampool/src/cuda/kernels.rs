@@ -80,11 +80,17 @@ pub(crate) struct Module {
     binary: PerDType,
     softmax: PerDType,
     layer_norm: PerDType,
+    layer_norm_warp: PerDType,
     bias_act: PerDType,
+    bias_act4: PerDType,
     index_select: PerDType,
     reduce: PerDType,
     reduce_rows: PerDType,
     attention: [PerDType; 4],
+    /// Tensor-core attention per head width of [`ATTENTION_HEAD_DIMS`], `[f16, bf16]`; only
+    /// when `tensor_cores` (the kernels are empty below sm_80).
+    attention_mma: [[CudaFunction; 2]; 4],
+    tensor_cores: bool,
     mean_pool_norm: PerDType,
     sleep: CudaFunction,
 }
@@ -103,6 +109,8 @@ impl Module {
             Ok((12, 0)) => Some("compute_120"),
             _ => None,
         };
+        // mma.sync with f16/bf16 inputs and f32 accumulation needs sm_80.
+        let tensor_cores = matches!(ctx.compute_capability(), Ok((major, _)) if major >= 8);
         let opts = CompileOptions {
             // No fast math: accuracy against the CPU backend is part of the contract.
             name: Some("streampool_kernels.cu".into()),
@@ -134,7 +142,9 @@ impl Module {
             binary: f3("sp_binary")?,
             softmax: f3("sp_softmax")?,
             layer_norm: f3("sp_layer_norm")?,
+            layer_norm_warp: f3("sp_layer_norm_warp")?,
             bias_act: f3("sp_bias_act")?,
+            bias_act4: f3("sp_bias_act4")?,
             index_select: f3("sp_index_select")?,
             reduce: f3("sp_reduce")?,
             reduce_rows: f3("sp_reduce_rows")?,
@@ -144,6 +154,16 @@ impl Module {
                 f3("sp_attention64")?,
                 f3("sp_attention128")?,
             ],
+            attention_mma: {
+                let f2 = |hd: usize| -> Result<[CudaFunction; 2]> {
+                    Ok([
+                        f(&format!("sp_attention_mma{hd}_f16"))?,
+                        f(&format!("sp_attention_mma{hd}_bf16"))?,
+                    ])
+                };
+                [f2(16)?, f2(32)?, f2(64)?, f2(128)?]
+            },
+            tensor_cores,
             mean_pool_norm: f3("sp_mean_pool_norm")?,
             sleep: f("sp_sleep")?,
             _module: module,
@@ -163,6 +183,17 @@ pub(crate) struct Launcher<'a> {
 /// Argument pointers for `cuLaunchKernel`: each points at a live local of the right type.
 macro_rules! args {
     ($($a:expr),* $(,)?) => { [$(&$a as *const _ as *mut c_void),*] };
+}
+
+/// Groups of 4 columns per lane of the warp-per-row layer norm (`SP_LN_GROUPS`): rows up to
+/// 4 * 32 * 8 = 1024 columns. Rows (warps) per block of that kernel.
+const LN_GROUPS: usize = 8;
+const LN_ROWS_PER_BLOCK: usize = 8;
+
+/// Whether every non-null address is 16-byte aligned, as the vectorized kernels' 16-byte
+/// (f32) and 8-byte (half) accesses need. Views at odd element offsets take the scalar kernels.
+fn aligned16(ptrs: &[u64]) -> bool {
+    ptrs.iter().all(|&p| p % 16 == 0)
 }
 
 fn grid(n: usize) -> u32 {
@@ -274,6 +305,7 @@ impl Launcher<'_> {
             Kernel::Matmul {
                 a,
                 b,
+                bias,
                 out,
                 batch,
                 m: rows,
@@ -300,8 +332,27 @@ impl Launcher<'_> {
                 if guard.is_none() {
                     *guard = Some(Blas::new(self.stream, self.device)?);
                 }
-                let blas = guard.as_ref().expect("created above");
-                blas.matmul(&a, &b, out.0, (batch, rows, n, k), dtype, math)
+                let blas = guard.as_mut().expect("created above");
+                if let (Some(bias), 1) = (bias, batch) {
+                    if blas.matmul_bias(&a, &b, bias.0, out.0, (rows, n, k), dtype, math)? {
+                        return Ok(());
+                    }
+                }
+                blas.matmul(&a, &b, out.0, (batch, rows, n, k), dtype, math)?;
+                drop(guard);
+                match bias {
+                    // In place: each element is read and then written by the same thread.
+                    Some(bias) => self.launch(Kernel::BiasAct {
+                        x: out,
+                        bias,
+                        out,
+                        rows: batch * rows,
+                        cols: n,
+                        act: Activation::Identity,
+                        dtype,
+                    }),
+                    None => Ok(()),
+                }
             }
             Kernel::Unary {
                 op,
@@ -398,6 +449,15 @@ impl Launcher<'_> {
                 let (px, pr, pg, pb, po) =
                     (x.0, residual.map_or(0, |r| r.0), gamma.0, beta.0, out.0);
                 let (r, c) = (rows as u64, cols as u64);
+                if cols % 4 == 0 && cols <= 4 * 32 * LN_GROUPS && aligned16(&[px, pr, pg, pb, po])
+                {
+                    return self.go(
+                        m.layer_norm_warp.get(dtype)?,
+                        rows.div_ceil(LN_ROWS_PER_BLOCK).min(MAX_BLOCKS) as u32,
+                        32 * LN_ROWS_PER_BLOCK as u32,
+                        &mut args![px, pr, pg, pb, po, r, c, eps],
+                    );
+                }
                 self.go(
                     m.layer_norm.get(dtype)?,
                     rows.min(MAX_BLOCKS) as u32,
@@ -424,6 +484,19 @@ impl Launcher<'_> {
                     Activation::Gelu => 2,
                 };
                 let (px, pb, po, r, c) = (x.0, bias.0, out.0, rows as u64, cols as u64);
+                if let (0, Ok(n4), Ok(c4), true) = (
+                    cols % 4,
+                    u32::try_from(n / 4),
+                    u32::try_from(cols / 4),
+                    aligned16(&[px, pb, po]),
+                ) {
+                    return self.go(
+                        m.bias_act4.get(dtype)?,
+                        grid(n / 4),
+                        THREADS,
+                        &mut args![px, pb, po, n4, c4, code],
+                    );
+                }
                 self.go(
                     m.bias_act.get(dtype)?,
                     grid(n),
@@ -520,8 +593,29 @@ impl Launcher<'_> {
                 let (Some(gy), Some(gz)) = (gy, gz) else {
                     return Err(too_big(batch.max(heads)));
                 };
-                let gx = seq.div_ceil(ATTENTION_QUERIES as usize) as u32;
                 let (pq, pm, po) = (qkv.0, mask.map_or(0, |m| m.0), out.0);
+                let half = match dtype {
+                    DType::F16 => Some(0),
+                    DType::BF16 => Some(1),
+                    _ => None,
+                };
+                if let (Some(t), true, true) = (
+                    half,
+                    m.tensor_cores && ATTENTION_HEAD_DIMS[slot] == head_dim,
+                    aligned16(&[pq, po]),
+                ) {
+                    // One warp per 16 queries, up to 8 warps (128 queries) per block so that
+                    // the K/V tiles a block stages serve as many queries as the sequence has.
+                    let warps = seq.div_ceil(16).min(8);
+                    let gx = seq.div_ceil(16 * warps) as u32;
+                    return self.go3(
+                        &m.attention_mma[slot][t],
+                        (gx, gy, gz),
+                        32 * warps as u32,
+                        &mut args![pq, pm, po, s, h],
+                    );
+                }
+                let gx = seq.div_ceil(ATTENTION_QUERIES as usize) as u32;
                 self.go3(
                     m.attention[slot].get(dtype)?,
                     (gx, gy, gz),

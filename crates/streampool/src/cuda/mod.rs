@@ -25,6 +25,7 @@
 //! at once are exercised by `tests/cuda.rs` (`vendor_calls_from_many_threads_at_once`).
 
 pub(crate) mod blas;
+pub(crate) mod blas_lt;
 pub(crate) mod event;
 pub(crate) mod kernels;
 pub(crate) mod staging;

@@ -1,12 +1,18 @@
 //! The wgpu backend's launcher: the one `match` from [`Kernel`] to WGSL compute pipelines.
 //!
-//! The WGSL sources (`shaders/`) are compiled into pipelines once per device, at the first
-//! launch on any of its streams, through the device's [`KernelCache`](crate::KernelCache)
-//! (threads racing to the first launch wait for the single build); every thread and stream
-//! shares them. Kernels compute in `f32`: the `Kernel` values carry no dtype yet, and the
-//! tensor layer hands these kernels `f32` data only (index select reads `i64` ids; copy moves
-//! elements of 2, 4 or 8 bytes). A kernel the backend cannot run returns an error, never a
-//! panic.
+//! The WGSL sources (`shaders/`) are compiled into pipelines once per device and storage
+//! type, at the first launch on any of its streams, through the device's
+//! [`KernelCache`](crate::KernelCache) (threads racing to the first launch wait for the
+//! single build); every thread and stream shares them.
+//!
+//! **Dtypes.** Every float kernel body is written once over a storage type `T`, declared in
+//! front of it: `alias T = f32;`, or `enable f16; alias T = f16;` where the adapter has
+//! `SHADER_F16`. Either way a kernel widens what it loads to `f32`, computes in `f32` (matmul
+//! and attention accumulate, softmax, LayerNorm and reduction statistics in `f32`) and rounds
+//! once on store, the contract of [`Kernel`] that the CPU and CUDA backends keep too. `F16`
+//! without `SHADER_F16`, and `BF16` anywhere (WGSL has no bf16 type), are clear errors.
+//! Index select reads `i64` ids; copy moves elements of 2, 4 or 8 bytes whatever their type.
+//! A kernel the backend cannot run returns an error, never a panic.
 
 use std::sync::OnceLock;
 
@@ -46,14 +52,27 @@ pub(crate) enum Which {
     BiasAct,
     IndexSelect,
     Reduce,
+    /// The 16x16 tile, one output per invocation: small outputs.
     Matmul,
+    /// Register-blocked 32x32 tiles (2x2 outputs per invocation).
+    Matmul32,
+    /// Register-blocked 64x64 tiles (4x4 outputs per invocation).
+    Matmul64,
+    Attention,
+    MeanPoolNorm,
+    /// f32 to f16.
+    CastToHalf,
+    /// f16 to f32.
+    CastToSingle,
 }
 
 impl Which {
-    const COUNT: usize = 10;
+    const COUNT: usize = 16;
 
     /// Label, WGSL body, and whether it uses the row reductions of `rows.wgsl`.
     fn source(self) -> (&'static str, &'static str, bool) {
+        const MATMUL_TILED: &str = include_str!("shaders/matmul_tiled.wgsl");
+        const CAST: &str = include_str!("shaders/cast.wgsl");
         match self {
             Which::Fill => ("fill", include_str!("shaders/fill.wgsl"), false),
             Which::Copy => ("copy", include_str!("shaders/copy.wgsl"), false),
@@ -69,24 +88,60 @@ impl Which {
             ),
             Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
             Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
+            Which::Matmul32 => ("matmul_32", MATMUL_TILED, false),
+            Which::Matmul64 => ("matmul_64", MATMUL_TILED, false),
+            Which::Attention => ("attention", include_str!("shaders/attention.wgsl"), true),
+            Which::MeanPoolNorm => ("mean_pool", include_str!("shaders/mean_pool.wgsl"), true),
+            Which::CastToHalf => ("cast_to_f16", CAST, false),
+            Which::CastToSingle => ("cast_to_f32", CAST, false),
         }
     }
 
+    /// Declarations the body expects in front of it besides the storage type `T`.
+    fn constants(self) -> &'static str {
+        match self {
+            Which::Matmul32 => "const TM: u32 = 2u;\nconst TN: u32 = 2u;\n",
+            Which::Matmul64 => "const TM: u32 = 4u;\nconst TN: u32 = 4u;\n",
+            Which::CastToHalf => "alias S = f32;\nalias D = f16;\n",
+            Which::CastToSingle => "alias S = f16;\nalias D = f32;\n",
+            _ => "",
+        }
+    }
+}
+
+/// A kernel in one storage type: `half` builds it with `T = f16` (the adapter's
+/// `SHADER_F16`), else `T = f32`. Kernels compute in `f32` either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub(crate) which: Which,
+    pub(crate) half: bool,
+}
+
+impl Key {
     /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
     pub(crate) fn build(self, device: &wgpu::Device, name: &str) -> Result<Pipeline> {
-        let (label, body, rows) = self.source();
-        let source = if rows {
-            format!("{PRELUDE}\n{ROWS}\n{body}")
+        let (label, body, rows) = self.which.source();
+        // `enable` must come before every declaration.
+        let header = if self.half {
+            "enable f16;\nalias T = f16;\n"
         } else {
-            format!("{PRELUDE}\n{body}")
+            "alias T = f32;\n"
+        };
+        let consts = self.which.constants();
+        let rows = if rows { ROWS } else { "" };
+        let source = format!("{header}{consts}{PRELUDE}\n{rows}\n{body}");
+        let label = if self.half {
+            format!("{label} f16")
+        } else {
+            label.to_string()
         };
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(label),
+            label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
         });
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(label),
+            label: Some(&label),
             layout: None,
             module: &module,
             entry_point: Some("main"),
@@ -109,18 +164,19 @@ impl Which {
 /// launches skip the cache's locks.
 #[derive(Default)]
 pub(crate) struct Pipelines {
-    slots: [OnceLock<Arc<Pipeline>>; Which::COUNT],
+    slots: [OnceLock<Arc<Pipeline>>; 2 * Which::COUNT],
 }
 
 impl Pipelines {
-    fn get(&self, shared: &Shared, which: Which) -> Result<Arc<Pipeline>> {
-        let slot = &self.slots[which as usize];
+    fn get(&self, shared: &Shared, which: Which, half: bool) -> Result<Arc<Pipeline>> {
+        let slot = &self.slots[which as usize * 2 + half as usize];
         if let Some(p) = slot.get() {
             return Ok(p.clone());
         }
+        let key = Key { which, half };
         let p = shared
             .kernels
-            .get_or_build(which, || which.build(&shared.device, &shared.name))?;
+            .get_or_build(key, || key.build(&shared.device, &shared.name))?;
         Ok(slot.get_or_init(|| p).clone())
     }
 }
@@ -262,20 +318,45 @@ fn binary_code(op: BinaryOp) -> u32 {
     }
 }
 
-/// The WGSL kernels are f32 only (half precision needs the adapter's `SHADER_F16` and is not
-/// written yet): any other dtype is a clear error rather than a wrong answer. A TF32 matmul
-/// request runs in full f32, which is at least as accurate.
-fn f32_only(kernel: &Kernel) -> Result<()> {
-    let Some(dtype) = kernel.float_dtype() else {
-        return Ok(());
-    };
-    if dtype == DType::F32 {
-        Ok(())
-    } else {
-        Err(Error::Unavailable(format!(
-            "wgpu backend: {} in {dtype:?} (its kernels are f32 only; convert with to_dtype(F32))",
+/// Whether `kernel` runs on `f16` storage (`true`) or `f32` (`false`): `F16` needs the
+/// adapter's `SHADER_F16` (WGSL's `enable f16`), and `BF16` has no WGSL type at all; both
+/// refusals are clear errors rather than wrong answers. A TF32 matmul request runs in full
+/// f32, which is at least as accurate.
+fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> {
+    match dtype {
+        DType::F32 => Ok(false),
+        DType::F16 if shared.shader_f16 => Ok(true),
+        DType::F16 => Err(Error::Unavailable(format!(
+            "wgpu backend: {} in F16 needs the adapter's SHADER_F16 feature, which {} lacks \
+             (convert with to_dtype(F32))",
+            kernel_name(kernel),
+            shared.name
+        ))),
+        other => Err(Error::Unavailable(format!(
+            "wgpu backend: {} in {other:?}: WGSL has no such type (F32 everywhere, F16 where \
+             the adapter has SHADER_F16; convert with to_dtype)",
             kernel_name(kernel)
-        )))
+        ))),
+    }
+}
+
+/// The matmul kernel for an output of `batch` x `m` x `n`: the register-blocked tiles where
+/// the output fills them, the 16x16 tile (one output per invocation, so more workgroups) for
+/// small or thin outputs such as a batch-1 linear layer. `forced` (16, 32 or 64) overrides.
+fn matmul_kernel(forced: Option<u32>, batch: usize, m: usize, n: usize) -> (Which, usize) {
+    match forced {
+        Some(64) => return (Which::Matmul64, 64),
+        Some(32) => return (Which::Matmul32, 32),
+        Some(16) => return (Which::Matmul, 16),
+        _ => {}
+    }
+    let tiles = |t: usize| batch * m.div_ceil(t) * n.div_ceil(t);
+    if m >= 64 && n >= 64 && tiles(64) >= 16 {
+        (Which::Matmul64, 64)
+    } else if m >= 32 && n >= 32 && tiles(32) >= 16 {
+        (Which::Matmul32, 32)
+    } else {
+        (Which::Matmul, 16)
     }
 }
 
@@ -302,8 +383,15 @@ fn kernel_name(kernel: &Kernel) -> &'static str {
 /// Resolves `kernel`'s buffers and parameters into a [`Launch`]; `None` when there is
 /// nothing to compute. `Kernel::Sleep` is the stream's business and never comes here.
 pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result<Option<Launch>> {
-    const F32: u64 = 4;
-    f32_only(kernel)?;
+    /// Bytes of the f32 buffers every dtype shares (masks, pooled output) and of the u32
+    /// words `ids` and `copy` are addressed in.
+    const WORD: u64 = 4;
+    let half = match kernel.float_dtype() {
+        Some(dt) => storage_half(shared, kernel, dt)?,
+        None => false,
+    };
+    // Element size of the kernel's own dtype.
+    let t: u64 = if half { 2 } else { 4 };
     let mut b = Binder::new(shared);
     match kernel {
         Kernel::Fill {
@@ -312,12 +400,45 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if *len == 0 {
                 return Ok(None);
             }
-            let (ob, oo) = b.at(*out, F32)?;
+            let (ob, oo) = b.at(*out, t)?;
             let params = [oo, word(*len, "length")?, value.to_bits()];
             b.dispatch(
-                &k.get(shared, Which::Fill)?,
+                &k.get(shared, Which::Fill, half)?,
                 &params,
                 &[&ob],
+                grid_for(*len)?,
+            )?;
+        }
+        Kernel::Cast {
+            x,
+            out,
+            len,
+            from,
+            to,
+        } => {
+            if *len == 0 {
+                return Ok(None);
+            }
+            let which = match (from, to) {
+                (DType::F32, DType::F16) => Which::CastToHalf,
+                (DType::F16, DType::F32) => Which::CastToSingle,
+                _ => {
+                    // Names the dtype WGSL lacks (or the missing SHADER_F16).
+                    let odd = if *from == DType::F32 { *to } else { *from };
+                    storage_half(shared, kernel, odd)?;
+                    return Err(Error::Unavailable(format!(
+                        "wgpu backend: cast from {from:?} to {to:?}"
+                    )));
+                }
+            };
+            storage_half(shared, kernel, DType::F16)?;
+            let (xb, xo) = b.at(*x, from.size() as u64)?;
+            let (ob, oo) = b.at(*out, to.size() as u64)?;
+            let params = [xo, oo, word(*len, "length")?];
+            b.dispatch(
+                &k.get(shared, which, true)?,
+                &params,
+                &[&xb, &ob],
                 grid_for(*len)?,
             )?;
         }
@@ -337,7 +458,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 )));
             }
             let (sb, so) = b.at(src.ptr, 1)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (ob, oo) = b.at(*out, WORD)?;
             let mut params = vec![
                 *elem_size as u32,
                 word(n, "length")?,
@@ -350,7 +471,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             }
             let threads = if *elem_size == 2 { n.div_ceil(2) } else { n };
             b.dispatch(
-                &k.get(shared, Which::Copy)?,
+                &k.get(shared, Which::Copy, false)?,
                 &params,
                 &[&sb, &ob],
                 grid_for(threads)?,
@@ -362,8 +483,8 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if *len == 0 {
                 return Ok(None);
             }
-            let (xb, xo) = b.at(*x, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (xb, xo) = b.at(*x, t)?;
+            let (ob, oo) = b.at(*out, t)?;
             let (code, mul, add) = unary_code(*op);
             let params = [
                 code,
@@ -374,7 +495,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 add.to_bits(),
             ];
             b.dispatch(
-                &k.get(shared, Which::Unary)?,
+                &k.get(shared, Which::Unary, half)?,
                 &params,
                 &[&xb, &ob],
                 grid_for(*len)?,
@@ -392,9 +513,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if n == 0 {
                 return Ok(None);
             }
-            let (ab, ao) = b.at(a.ptr, F32)?;
-            let (bb, bo) = b.at(rhs.ptr, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (ab, ao) = b.at(a.ptr, t)?;
+            let (bb, bo) = b.at(rhs.ptr, t)?;
+            let (ob, oo) = b.at(*out, t)?;
             let mut params = vec![
                 binary_code(*op),
                 word(n, "length")?,
@@ -407,7 +528,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 params.push(word(*d, "dimension")?);
             }
             b.dispatch(
-                &k.get(shared, Which::Binary)?,
+                &k.get(shared, Which::Binary, half)?,
                 &params,
                 &[&ab, &bb, &ob],
                 grid_for(n)?,
@@ -426,18 +547,20 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if batch * m * n == 0 {
                 return Ok(None);
             }
-            let (ab, ao) = b.at(a.ptr, F32)?;
-            let (bb, bo) = b.at(rhs.ptr, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (ab, ao) = b.at(a.ptr, t)?;
+            let (bb, bo) = b.at(rhs.ptr, t)?;
+            let (ob, oo) = b.at(*out, t)?;
+            let (which, tile) = matmul_kernel(shared.matmul_tile, *batch, *m, *n);
             let tiles = [
-                word(n.div_ceil(16), "columns")?,
-                word(m.div_ceil(16), "rows")?,
+                word(n.div_ceil(tile), "columns")?,
+                word(m.div_ceil(tile), "rows")?,
             ];
             if tiles[0] > MAX_GROUPS || tiles[1] > MAX_GROUPS {
                 return Err(Error::InvalidArgument(format!(
                     "wgpu matmul: {m}x{n} output exceeds the dispatch limit"
                 )));
             }
+            let pipeline = k.get(shared, which, half)?;
             // Batches beyond one dispatch's z range go in further dispatches.
             for first in (0..*batch).step_by(MAX_GROUPS as usize) {
                 let count = (*batch - first).min(MAX_GROUPS as usize) as u32;
@@ -457,7 +580,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                     oo,
                 ];
                 b.dispatch(
-                    &k.get(shared, Which::Matmul)?,
+                    &pipeline,
                     &params,
                     &[&ab, &bb, &ob],
                     [tiles[0], tiles[1], count],
@@ -470,11 +593,11 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if rows * cols == 0 {
                 return Ok(None);
             }
-            let (xb, xo) = b.at(*x, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (xb, xo) = b.at(*x, t)?;
+            let (ob, oo) = b.at(*out, t)?;
             let params = [xo, oo, word(*rows, "rows")?, word(*cols, "cols")?];
             b.dispatch(
-                &k.get(shared, Which::Softmax)?,
+                &k.get(shared, Which::Softmax, half)?,
                 &params,
                 &[&xb, &ob],
                 grid(*rows)?,
@@ -494,14 +617,14 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if rows * cols == 0 {
                 return Ok(None);
             }
-            let (xb, xo) = b.at(*x, F32)?;
+            let (xb, xo) = b.at(*x, t)?;
             let (rb, ro) = match residual {
-                Some(r) => b.at(*r, F32)?,
+                Some(r) => b.at(*r, t)?,
                 None => (xb.clone(), 0),
             };
-            let (gb, go) = b.at(*gamma, F32)?;
-            let (bb, bo) = b.at(*beta, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (gb, go) = b.at(*gamma, t)?;
+            let (bb, bo) = b.at(*beta, t)?;
+            let (ob, oo) = b.at(*out, t)?;
             let params = [
                 xo,
                 ro,
@@ -514,7 +637,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 eps.to_bits(),
             ];
             b.dispatch(
-                &k.get(shared, Which::LayerNorm)?,
+                &k.get(shared, Which::LayerNorm, half)?,
                 &params,
                 &[&xb, &rb, &gb, &bb, &ob],
                 grid(*rows)?,
@@ -533,9 +656,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if n == 0 {
                 return Ok(None);
             }
-            let (xb, xo) = b.at(*x, F32)?;
-            let (bb, bo) = b.at(*bias, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (xb, xo) = b.at(*x, t)?;
+            let (bb, bo) = b.at(*bias, t)?;
+            let (ob, oo) = b.at(*out, t)?;
             let code = match act {
                 Activation::Identity => 0,
                 Activation::Relu => 1,
@@ -543,7 +666,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             };
             let params = [xo, bo, oo, word(n, "length")?, word(*cols, "cols")?, code];
             b.dispatch(
-                &k.get(shared, Which::BiasAct)?,
+                &k.get(shared, Which::BiasAct, half)?,
                 &params,
                 &[&xb, &bb, &ob],
                 grid_for(n)?,
@@ -562,9 +685,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if n == 0 {
                 return Ok(None);
             }
-            let (tb, to) = b.at(*table, F32)?;
-            let (ib, io) = b.at(*ids, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (tb, to) = b.at(*table, t)?;
+            let (ib, io) = b.at(*ids, WORD)?;
+            let (ob, oo) = b.at(*out, t)?;
             let params = [
                 to,
                 io,
@@ -575,7 +698,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 u32::try_from(*table_rows).unwrap_or(u32::MAX),
             ];
             b.dispatch(
-                &k.get(shared, Which::IndexSelect)?,
+                &k.get(shared, Which::IndexSelect, half)?,
                 &params,
                 &[&tb, &ib, &ob],
                 grid_for(n)?,
@@ -594,8 +717,8 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             if outputs == 0 {
                 return Ok(None);
             }
-            let (xb, xo) = b.at(*x, F32)?;
-            let (ob, oo) = b.at(*out, F32)?;
+            let (xb, xo) = b.at(*x, t)?;
+            let (ob, oo) = b.at(*out, t)?;
             let code = match op {
                 ReduceOp::Sum => 0,
                 ReduceOp::Mean => 1,
@@ -610,22 +733,90 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 word(*inner, "inner")?,
             ];
             b.dispatch(
-                &k.get(shared, Which::Reduce)?,
+                &k.get(shared, Which::Reduce, half)?,
                 &params,
                 &[&xb, &ob],
                 grid(outputs)?,
+            )?;
+        }
+        Kernel::Attention {
+            qkv,
+            mask,
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            ..
+        } => {
+            let rows = batch * seq * heads;
+            if rows * head_dim == 0 {
+                return Ok(None);
+            }
+            if *head_dim > 256 {
+                return Err(Error::Unavailable(format!(
+                    "wgpu attention: head width {head_dim} over the kernel's 256"
+                )));
+            }
+            let (qb, qo) = b.at(*qkv, t)?;
+            // Without a mask, the kernel reads none: bind any buffer in its place.
+            let (mb, mo) = match mask {
+                Some(m) => b.at(*m, WORD)?,
+                None => (qb.clone(), 0),
+            };
+            let (ob, oo) = b.at(*out, t)?;
+            let params = [
+                qo,
+                mo,
+                mask.is_some() as u32,
+                oo,
+                word(*batch, "batch")?,
+                word(*seq, "seq")?,
+                word(*heads, "heads")?,
+                word(*head_dim, "head width")?,
+            ];
+            word(rows, "attention rows")?;
+            b.dispatch(
+                &k.get(shared, Which::Attention, half)?,
+                &params,
+                &[&qb, &mb, &ob],
+                grid(rows)?,
+            )?;
+        }
+        Kernel::MeanPoolNorm {
+            x,
+            mask,
+            out,
+            batch,
+            seq,
+            dim,
+            ..
+        } => {
+            if batch * dim == 0 {
+                return Ok(None);
+            }
+            let (xb, xo) = b.at(*x, t)?;
+            let (mb, mo) = b.at(*mask, WORD)?;
+            let (ob, oo) = b.at(*out, WORD)?;
+            let params = [
+                xo,
+                mo,
+                oo,
+                word(*batch, "batch")?,
+                word(*seq, "seq")?,
+                word(*dim, "dim")?,
+            ];
+            b.dispatch(
+                &k.get(shared, Which::MeanPoolNorm, half)?,
+                &params,
+                &[&xb, &mb, &ob],
+                grid(*batch)?,
             )?;
         }
         Kernel::Sleep { .. } => {
             return Err(Error::InvalidArgument(
                 "wgpu: Sleep is handled by the stream, not launched".into(),
             ))
-        }
-        Kernel::Cast { .. } | Kernel::Attention { .. } | Kernel::MeanPoolNorm { .. } => {
-            return Err(Error::Unavailable(format!(
-                "wgpu backend: {} has no WGSL kernel yet",
-                kernel_name(kernel)
-            )))
         }
     }
     Ok(b.finish())

@@ -8,6 +8,7 @@
 //! | copies    | through staging buffers mapped at creation (up) or mapped for reading (down)   |
 //! | memory    | one storage buffer per allocator block; `DevicePtr` = buffer id + byte offset ([`memory`]) |
 //! | kernels   | WGSL compute pipelines built once per device ([`kernels`], `shaders/`)         |
+//! | dtypes    | f32; f16 where the adapter has `SHADER_F16` (requested at open); never bf16    |
 //!
 //! **Quarantine lock.** Work reaches the GPU through one queue, but encoding is per stream, so
 //! threads on different streams record command buffers at the same time; that is where
@@ -65,6 +66,11 @@ pub struct WgpuConfig {
     pub allow_software: bool,
     /// The quarantine lock (see the module docs).
     pub quarantine: Quarantine,
+    /// The matmul kernel: `Some(16)` the 16x16 tile with one output per invocation,
+    /// `Some(32)` or `Some(64)` the register-blocked 32x32 or 64x64 tiles; `None` picks by
+    /// output shape (register-blocked tiles where the output fills them), unless the
+    /// variable `STREAMPOOL_WGPU_MATMUL_TILE` names one. For tests and tuning.
+    pub matmul_tile: Option<u32>,
 }
 
 impl Default for WgpuConfig {
@@ -74,6 +80,7 @@ impl Default for WgpuConfig {
             adapter: None,
             allow_software: true,
             quarantine: Quarantine::Auto,
+            matmul_tile: None,
         }
     }
 }
@@ -85,7 +92,11 @@ pub(crate) struct Shared {
     pub(crate) name: String,
     pub(crate) memory: memory::Memory,
     /// Pipelines, built once per device and shared by every stream and thread.
-    pub(crate) kernels: KernelCache<kernels::Which, kernels::Pipeline>,
+    pub(crate) kernels: KernelCache<kernels::Key, kernels::Pipeline>,
+    /// Whether the device was opened with `SHADER_F16`: `F16` kernels run, else they are errors.
+    pub(crate) shader_f16: bool,
+    /// The matmul tile forced by [`WgpuConfig::matmul_tile`], if any.
+    pub(crate) matmul_tile: Option<u32>,
     /// The quarantine lock, when on: held around encoding, finishing and submission only.
     pub(crate) quarantine: Option<Mutex<()>>,
 }
@@ -238,9 +249,17 @@ impl WgpuDevice {
         };
         let adapter = &list[index];
         let info = adapter.get_info();
+        // Half precision where the adapter has it (WGSL's `enable f16`: f16 arithmetic and
+        // 16-bit storage buffers); without it, F16 kernels are errors (see `kernels`).
+        let shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        let required_features = if shader_f16 {
+            wgpu::Features::SHADER_F16
+        } else {
+            wgpu::Features::empty()
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("streampool"),
-            required_features: wgpu::Features::empty(),
+            required_features,
             // The adapter's own limits: the largest buffers and bindings it allows.
             required_limits: adapter.limits(),
             ..Default::default()
@@ -262,6 +281,22 @@ impl WgpuDevice {
                 _ => info.backend == wgpu::Backend::Metal,
             },
         };
+        let matmul_tile = match config.matmul_tile {
+            Some(t) => Some(t),
+            None => match std::env::var("STREAMPOOL_WGPU_MATMUL_TILE") {
+                Ok(v) if !v.is_empty() && v != "auto" => Some(v.parse().map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "STREAMPOOL_WGPU_MATMUL_TILE={v:?}: expected 16, 32, 64 or auto"
+                    ))
+                })?),
+                _ => None,
+            },
+        };
+        if let Some(t) = matmul_tile.filter(|t| ![16, 32, 64].contains(t)) {
+            return Err(Error::InvalidArgument(format!(
+                "wgpu matmul tile {t}: expected 16, 32 or 64"
+            )));
+        }
         let memory = memory::Memory::new(name.clone(), &device.limits());
         Ok((
             index,
@@ -273,6 +308,8 @@ impl WgpuDevice {
                     memory,
                     kernels: KernelCache::new(),
                     quarantine: quarantine.then(|| Mutex::new(())),
+                    shader_f16,
+                    matmul_tile,
                 }),
             },
         ))

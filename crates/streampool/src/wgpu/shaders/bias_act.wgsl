@@ -1,7 +1,7 @@
 // p: [x offset, bias offset, out offset, rows * cols, cols, act (0 identity, 1 relu, 2 gelu)]
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read> bias: array<T>;
+@group(0) @binding(3) var<storage, read_write> out: array<T>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -10,7 +10,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= prm(3u)) {
         return;
     }
-    let v = x[prm(0u) + i] + bias[prm(1u) + i % prm(4u)];
+    let v = f32(x[prm(0u) + i]) + f32(bias[prm(1u) + i % prm(4u)]);
     var y = v;
     let act = prm(5u);
     if (act == 1u) {
@@ -18,5 +18,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     } else if (act == 2u) {
         y = gelu(v);
     }
-    out[prm(2u) + i] = y;
+    out[prm(2u) + i] = T(y);
 }

@@ -1,8 +1,8 @@
 // p: [op, len, rank, a offset, b offset, out offset, shape[rank], a strides[rank], b strides[rank]]
 // op: 0 add, 1 sub, 2 mul, 3 div, 4 max. Broadcast dimensions have stride 0.
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<T>;
+@group(0) @binding(2) var<storage, read> b: array<T>;
+@group(0) @binding(3) var<storage, read_write> out: array<T>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -23,8 +23,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         ia += idx * prm(6u + rank + d);
         ib += idx * prm(6u + 2u * rank + d);
     }
-    let u = a[ia];
-    let v = b[ib];
+    let u = f32(a[ia]);
+    let v = f32(b[ib]);
     var y: f32;
     switch prm(0u) {
         case 0u: { y = u + v; }
@@ -33,5 +33,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         case 3u: { y = u / v; }
         default: { y = max(u, v); }
     }
-    out[prm(5u) + i] = y;
+    out[prm(5u) + i] = T(y);
 }

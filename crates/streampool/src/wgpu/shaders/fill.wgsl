@@ -1,5 +1,5 @@
 // p: [out offset, len, value bits]
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<T>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -8,5 +8,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (i >= prm(1u)) {
         return;
     }
-    out[prm(0u) + i] = prmf(2u);
+    out[prm(0u) + i] = T(prmf(2u));
 }

@@ -1,16 +1,16 @@
 // p: [x offset, residual offset, has residual, gamma offset, beta offset, out offset, rows,
 //     cols, eps bits]. Without a residual, `res` is bound to x's buffer and not read.
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> res: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<f32>;
-@group(0) @binding(4) var<storage, read> beta: array<f32>;
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read> res: array<T>;
+@group(0) @binding(3) var<storage, read> gamma: array<T>;
+@group(0) @binding(4) var<storage, read> beta: array<T>;
+@group(0) @binding(5) var<storage, read_write> out: array<T>;
 
 fn value(row: u32, c: u32) -> f32 {
     let i = row * prm(7u) + c;
-    var v = x[prm(0u) + i];
+    var v = f32(x[prm(0u) + i]);
     if (prm(2u) != 0u) {
-        v += res[prm(1u) + i];
+        v += f32(res[prm(1u) + i]);
     }
     return v;
 }
@@ -36,6 +36,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let inv = 1.0 / sqrt(tree_sum(lid, q) / f32(cols) + prmf(8u));
     let ob = prm(5u) + row * cols;
     for (var c = lid; c < cols; c += 256u) {
-        out[ob + c] = (value(row, c) - mean) * inv * gamma[prm(3u) + c] + beta[prm(4u) + c];
+        out[ob + c] = T((value(row, c) - mean) * inv * f32(gamma[prm(3u) + c]) + f32(beta[prm(4u) + c]));
     }
 }

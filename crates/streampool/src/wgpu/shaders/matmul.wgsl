@@ -3,9 +3,9 @@
 // out[b] = a[b] @ b[b], 16x16 output tiles per workgroup; the K dimension is walked in
 // 16-wide tiles staged in workgroup memory. Each tile's products are summed apart and then
 // added to the accumulator, which keeps long K sums accurate.
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<T>;
+@group(0) @binding(2) var<storage, read> b: array<T>;
+@group(0) @binding(3) var<storage, read_write> out: array<T>;
 
 var<workgroup> ta: array<array<f32, 16>, 16>;
 var<workgroup> tb: array<array<f32, 16>, 16>;
@@ -26,13 +26,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let ka = t * 16u + lid.x;
         var va = 0.0;
         if (row < m && ka < k) {
-            va = a[abase + row * prm(6u) + ka * prm(7u)];
+            va = f32(a[abase + row * prm(6u) + ka * prm(7u)]);
         }
         ta[lid.y][lid.x] = va;
         let kb = t * 16u + lid.y;
         var vb = 0.0;
         if (kb < k && col < n) {
-            vb = b[bbase + kb * prm(10u) + col * prm(11u)];
+            vb = f32(b[bbase + kb * prm(10u) + col * prm(11u)]);
         }
         tb[lid.y][lid.x] = vb;
         workgroupBarrier();
@@ -44,6 +44,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
     }
     if (row < m && col < n) {
-        out[prm(12u) + bi * m * n + row * n + col] = acc;
+        out[prm(12u) + bi * m * n + row * n + col] = T(acc);
     }
 }

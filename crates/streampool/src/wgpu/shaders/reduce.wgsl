@@ -1,7 +1,7 @@
 // p: [op (0 sum, 1 mean, 2 max), x offset, out offset, outer, axis, inner]
 // One workgroup per output element of [outer, inner]; the axis is split over 256 invocations.
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> out: array<T>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -18,7 +18,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (op == 2u) {
         var m = neg_inf();
         for (var a = lid; a < axis; a += 256u) {
-            m = max(m, x[base + a * inner]);
+            m = max(m, f32(x[base + a * inner]));
         }
         y = tree_max(lid, m);
     } else {
@@ -26,7 +26,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var s = 0.0;
         var comp = 0.0;
         for (var a = lid; a < axis; a += 256u) {
-            let t = x[base + a * inner] - comp;
+            let t = f32(x[base + a * inner]) - comp;
             let n = s + t;
             comp = (n - s) - t;
             s = n;
@@ -37,6 +37,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     if (lid == 0u) {
-        out[prm(2u) + o] = y;
+        out[prm(2u) + o] = T(y);
     }
 }

@@ -1,6 +1,8 @@
 // p: [x offset, out offset, rows, cols]
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+// The exponentials are computed again in the last pass rather than stored and re-read, so a
+// half output is rounded once.
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> out: array<T>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -14,17 +16,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let ob = prm(1u) + row * cols;
     var m = neg_inf();
     for (var c = lid; c < cols; c += 256u) {
-        m = max(m, x[xb + c]);
+        m = max(m, f32(x[xb + c]));
     }
     let mx = tree_max(lid, m);
     var s = 0.0;
     for (var c = lid; c < cols; c += 256u) {
-        let e = exp(x[xb + c] - mx);
-        out[ob + c] = e;
-        s += e;
+        s += exp(f32(x[xb + c]) - mx);
     }
     let inv = 1.0 / tree_sum(lid, s);
     for (var c = lid; c < cols; c += 256u) {
-        out[ob + c] = out[ob + c] * inv;
+        out[ob + c] = T(exp(f32(x[xb + c]) - mx) * inv);
     }
 }
