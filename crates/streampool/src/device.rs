@@ -61,6 +61,10 @@ pub enum EventPolicy {
     Lazy,
 }
 
+/// Aligned to two cache lines so that, behind an `Arc`, the reference counts sit on a line of
+/// their own: threads cloning handles then do not evict the read-mostly fields below (the
+/// pool, the allocator's shards) from each other's caches.
+#[repr(align(128))]
 pub(crate) struct DeviceInner {
     id: u64,
     kind: DeviceKind,
@@ -83,7 +87,29 @@ pub(crate) struct DeviceInner {
 /// assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
 /// ```
 #[derive(Clone)]
-pub struct Device(Arc<DeviceInner>);
+pub struct Device(Handle);
+
+/// How a [`Device`] holds its state. The process-wide devices ([`Device::cpu`],
+/// `Device::cuda`) live as long as the process, so their handles are plain references:
+/// cloning or dropping one touches no reference count shared by every thread (each op's
+/// output storage holds its device, so that was a cache line all threads wrote twice per
+/// op). Devices made with `*_with` are reference-counted and dropped with their last handle.
+#[derive(Clone)]
+enum Handle {
+    ProcessWide(&'static DeviceInner),
+    Counted(Arc<DeviceInner>),
+}
+
+impl std::ops::Deref for Handle {
+    type Target = DeviceInner;
+    #[inline]
+    fn deref(&self) -> &DeviceInner {
+        match self {
+            Handle::ProcessWide(d) => d,
+            Handle::Counted(d) => d,
+        }
+    }
+}
 
 /// Process-wide device ids (std atomics even under loom: a static needs a const constructor,
 /// and id numbering is not part of any modelled hand-off).
@@ -94,8 +120,23 @@ impl Device {
     pub fn cpu() -> Device {
         static CPU: OnceLock<Device> = OnceLock::new();
         // The default configuration is valid, so building it cannot fail.
-        CPU.get_or_init(|| Device::cpu_with(DeviceConfig::default()).expect("default CPU device"))
-            .clone()
+        CPU.get_or_init(|| {
+            Device::cpu_with(DeviceConfig::default())
+                .expect("default CPU device")
+                .into_process_wide()
+        })
+        .clone()
+    }
+
+    /// Makes this device live for the rest of the process (it is never dropped: its streams
+    /// and cached memory stay), so that its handles need no reference counting. For the
+    /// process-wide devices only, which a static holds for ever anyway.
+    pub(crate) fn into_process_wide(self) -> Device {
+        match self.0 {
+            Handle::ProcessWide(_) => self,
+            // Leaks one strong count: the state is never dropped, which is the point.
+            Handle::Counted(inner) => Device(Handle::ProcessWide(Box::leak(Box::new(inner)))),
+        }
     }
 
     /// A new, separate CPU device with its own pool and allocator (e.g. with a memory limit).
@@ -129,7 +170,7 @@ impl Device {
             EventPolicy::Eager => true,
             EventPolicy::Lazy => false,
         };
-        Ok(Device(Arc::new(DeviceInner {
+        Ok(Device(Handle::Counted(Arc::new(DeviceInner {
             id,
             kind,
             name,
@@ -137,7 +178,7 @@ impl Device {
             pool,
             allocator,
             eager_events,
-        })))
+        }))))
     }
 
     #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]

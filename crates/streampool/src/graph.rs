@@ -788,13 +788,14 @@ pub(crate) fn hand_back(
     pool: impl IntoIterator<Item = (DevicePtr, usize)>,
 ) {
     for (ptr, size) in pool {
-        allocator.free_lazy(
-            Block {
-                ptr,
-                size,
-                stream: slot,
-            },
-            stream.clone(),
-        );
+        let block = Block {
+            ptr,
+            size,
+            stream: slot,
+        };
+        // Cannot fail (the stream is at hand), but a leak would be said, not hidden.
+        if let Err(e) = allocator.free_lazy(block, || Ok(stream.clone())) {
+            tracing::error!(error = %e, "graph pool hand-back: leaking {size} bytes");
+        }
     }
 }

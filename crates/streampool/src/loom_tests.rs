@@ -185,7 +185,7 @@ fn loom_allocator_cross_stream_reuse() {
             block,
             vec![Guard {
                 stream: 2,
-                event: Some(guard_event),
+                event: guard_event,
             }],
         );
 
@@ -231,7 +231,7 @@ fn loom_allocator_no_double_handout() {
             warm,
             vec![Guard {
                 stream: 1,
-                event: Some(done),
+                event: done,
             }],
         );
         let threads: Vec<_> = (1..3)
@@ -285,7 +285,7 @@ fn loom_allocator_requests_at_the_limit_wait_for_releases_in_flight() {
             big,
             vec![Guard {
                 stream: 3,
-                event: Some(guard_event),
+                event: guard_event,
             }],
         );
         let requesters: Vec<_> = (1..3)
@@ -317,5 +317,122 @@ fn loom_allocator_requests_at_the_limit_wait_for_releases_in_flight() {
         for b in blocks.into_iter().chain([held]) {
             alloc.free(b, Vec::new());
         }
+    });
+}
+
+/// Memory with one loom cell per 512-byte block (addresses 512, 1024, ...). A kernel's use of
+/// a block is a write to its cell, and so is `free` (the backend may give the memory to
+/// anyone after it), so loom flags any hand-out or release not ordered after the block's
+/// last use.
+struct CellMemory {
+    next: AtomicUsize,
+    cells: Vec<UnsafeCell<u32>>,
+}
+
+impl CellMemory {
+    fn new(blocks: usize) -> Self {
+        Self {
+            next: AtomicUsize::new(0),
+            cells: (0..blocks).map(|_| UnsafeCell::new(0)).collect(),
+        }
+    }
+    /// A kernel (run at once: the model's streams are idle) writes the block.
+    fn touch(&self, ptr: DevicePtr) {
+        self.cells[ptr.0 as usize / 512 - 1].with_mut(|c| unsafe { *c += 1 });
+    }
+}
+
+// SAFETY: every access to a cell goes through loom's `with_mut`, which checks that accesses
+// from different threads are ordered (that is what the model tests); loom threads need no
+// `Sync`, but `BackendMemory` asks for it.
+unsafe impl Sync for CellMemory {}
+
+impl BackendMemory for CellMemory {
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        assert_eq!(bytes, 512, "the model uses 512-byte blocks only");
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        assert!(i < self.cells.len(), "more blocks than the model allows");
+        Ok(DevicePtr((i as u64 + 1) * 512))
+    }
+    unsafe fn free(&self, ptr: DevicePtr, _: usize) {
+        self.touch(ptr);
+    }
+}
+
+/// A stream that runs its work as it is queued (the model's threads do it), so an event
+/// recorded on it is complete at once.
+struct IdleStream;
+
+impl BackendStream for IdleStream {
+    fn record(&self, _: bool) -> Result<Arc<dyn BackendEvent>> {
+        let e = FakeEvent::default();
+        e.complete();
+        Ok(Arc::new(e))
+    }
+    fn wait(&self, event: &Arc<dyn BackendEvent>) -> Result<()> {
+        event.synchronize()
+    }
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn launch(&self, _: Kernel) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn copy_from_host(&self, _: Vec<u8>, _: DevicePtr) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn copy_to_host(&self, _: DevicePtr, _: &mut [u8]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The sharded hand-out: stream 1 takes a block from its own list and frees it back lazily
+/// (its shard's lock only), while stream 2, finding its own list empty, may resolve stream
+/// 1's lazy guard and take the block from stream 1's list, and the host empties the cache
+/// (the device-wide lock, then each shard). No block is ever used by two streams at once or
+/// released while in use (loom checks each block's cell), and the books balance.
+#[test]
+fn loom_allocator_sharded_hand_out() {
+    let mut model = loom::model::Builder::new();
+    // Three threads over three shard locks and the device-wide one; a bound of 3 keeps the
+    // model to seconds and covers a preemption inside each critical section.
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let memory = Arc::new(CellMemory::new(3));
+        let alloc = Arc::new(CachingAllocator::new(
+            memory.clone(),
+            "fake".into(),
+            3,
+            Some(1024),
+        ));
+        let idle = || Ok(Arc::new(IdleStream) as Arc<dyn BackendStream>);
+        let first = alloc.alloc(512, 1, &IdleStream).unwrap();
+        memory.touch(first.ptr);
+        alloc.free_lazy(first, idle).unwrap();
+
+        let users: Vec<_> = (1..3)
+            .map(|s| {
+                let (alloc, memory) = (alloc.clone(), memory.clone());
+                thread::spawn(move || {
+                    let b = alloc.alloc(512, s, &IdleStream).unwrap();
+                    memory.touch(b.ptr);
+                    alloc.free_lazy(b, idle).unwrap();
+                })
+            })
+            .collect();
+        alloc.empty_cache();
+        for u in users {
+            u.join().unwrap();
+        }
+        let st = alloc.stats();
+        assert_eq!(st.allocated, 0, "{st:?}");
+        assert_eq!(st.allocs, 3, "{st:?}");
+        assert_eq!(st.allocs, st.cache_hits + st.backend_allocs, "{st:?}");
+        assert_eq!(
+            st.reserved as u64,
+            512 * (st.backend_allocs - st.backend_frees),
+            "{st:?}"
+        );
+        assert!(st.peak_reserved <= 1024, "{st:?}");
     });
 }

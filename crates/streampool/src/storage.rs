@@ -155,23 +155,24 @@ impl Drop for Storage {
             && self.track.lock().more_uses.is_empty();
         if !self.device.eager_events() && own_only {
             // Used only on its own stream: no event now (see `CachingAllocator::free_lazy`).
-            match self.device.pool().get(block.stream) {
-                Ok(stream) => self.device.allocator().free_lazy(block, stream),
-                Err(e) => {
-                    tracing::error!(error = %e, "lost a stream; leaking {} bytes", block.size)
-                }
+            let (slot, size) = (block.stream, block.size);
+            let pool = self.device.pool();
+            if let Err(e) = self.device.allocator().free_lazy(block, || pool.get(slot)) {
+                tracing::error!(error = %e, "lost a stream; leaking {size} bytes");
             }
             return;
         }
-        let uses = self.used_slots();
+        // Own stream only, eager events: one guard, without building the list of users.
+        let uses = if own_only {
+            vec![block.stream]
+        } else {
+            self.used_slots()
+        };
         let pool = self.device.pool();
         let mut guards = Vec::with_capacity(uses.len());
         for s in uses {
             match pool.get(s).and_then(|st| st.record(false)) {
-                Ok(event) => guards.push(Guard {
-                    stream: s,
-                    event: Some(event),
-                }),
+                Ok(event) => guards.push(Guard { stream: s, event }),
                 Err(e) => {
                     // Without an event we cannot prove the block idle: leak it rather than risk reuse.
                     tracing::error!(error = %e, "could not record a free event; leaking {} bytes", block.size);

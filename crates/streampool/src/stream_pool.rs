@@ -5,6 +5,7 @@
 //! error, never a wait.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use crate::backend::BackendStream;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
@@ -82,13 +83,16 @@ impl StreamPool {
     }
 }
 
-/// Per-thread state for one device.
+/// Per-thread state for one device. Streams are held in `Rc`s so the per-op path can take
+/// the current one out of the thread-local cell with a thread-local count, not by cloning
+/// the `Stream` (two reference counts shared with other threads: the device's and the
+/// stream's).
 struct ThreadSlot {
     device_id: u64,
     /// The pooled stream this thread was given (round-robin, on first use).
-    assigned: Option<Stream>,
+    assigned: Option<Rc<Stream>>,
     /// Streams set by live [`StreamGuard`]s, innermost last.
-    overrides: Vec<Stream>,
+    overrides: Vec<Rc<Stream>>,
 }
 
 thread_local! {
@@ -116,6 +120,21 @@ fn with_slot<R>(device_id: u64, f: impl FnOnce(&mut ThreadSlot) -> R) -> R {
 /// The calling thread's current stream on `device`: the innermost [`StreamGuard`]'s, else
 /// the thread's pooled stream (assigned on first use).
 pub(crate) fn current_stream(device: &Device) -> Result<Stream> {
+    let rc = current_rc(device)?;
+    Ok(Stream::clone(&rc))
+}
+
+/// Runs `f` on the calling thread's current stream of `device` (as [`current_stream`]),
+/// without cloning the `Stream`: the per-op path.
+pub(crate) fn with_current_stream<R>(
+    device: &Device,
+    f: impl FnOnce(&Stream) -> Result<R>,
+) -> Result<R> {
+    let rc = current_rc(device)?;
+    f(&rc)
+}
+
+fn current_rc(device: &Device) -> Result<Rc<Stream>> {
     let cached = with_slot(device.id(), |s| {
         s.overrides.last().or(s.assigned.as_ref()).cloned()
     });
@@ -123,7 +142,7 @@ pub(crate) fn current_stream(device: &Device) -> Result<Stream> {
         return Ok(s);
     }
     // Created outside the thread-local borrow: stream creation may be slow.
-    let stream = device.stream_at(device.pool().next_slot())?;
+    let stream = Rc::new(device.stream_at(device.pool().next_slot())?);
     with_slot(device.id(), |s| s.assigned = Some(stream.clone()));
     Ok(stream)
 }
@@ -158,7 +177,7 @@ impl StreamGuard {
     pub fn new(stream: &Stream) -> Self {
         let device_id = stream.device().id();
         let depth = with_slot(device_id, |s| {
-            s.overrides.push(stream.clone());
+            s.overrides.push(Rc::new(stream.clone()));
             s.overrides.len()
         });
         Self {

@@ -5,7 +5,8 @@
 //! used it, recorded at the moment of the free. A later request on stream `s` may take it:
 //!
 //! 1. from `s`'s own list once its guards on *other* streams have completed (work on `s`
-//!    itself is ordered by the stream, so needs no check) — the common, sync-free path;
+//!    itself is ordered by the stream, so needs no check) — the common, sync-free path, which
+//!    locks `s`'s shard only (see **Locks** below);
 //! 2. from another stream's list once all its guards (except on `s`) have completed. This
 //!    is what keeps memory from growing with the number of streams (unlike one pool per
 //!    stream, where every pool grows to the peak);
@@ -22,11 +23,13 @@
 //!    step 1. A request larger than the whole limit fails at once, without touching the
 //!    cache.
 //!
-//! **Where a cached block is.** At every moment, under the mutex, each byte of `reserved`
-//! is in a live block (`allocated`), on a free list, or in a release in flight: a release
-//! takes its blocks off the lists and counts itself in `State::in_flight` in one critical
-//! section, and takes `reserved` down and itself out of `in_flight` in another, after the
-//! backend has the memory back. A host wait counts itself in `in_flight` while its events
+//! **Where a cached block is.** At every moment, under the device-wide lock, each byte of
+//! `reserved` is in a live block (`allocated`), on a free list, or in a release in flight: a
+//! release takes its blocks off the lists and counts itself in `Global::in_flight` in one
+//! critical section of the device-wide lock (locking each shard inside it), and takes
+//! `reserved` down and itself out of `in_flight` in another, after the backend has the
+//! memory back. (Moving a block between live and a free list, which the hot path does under
+//! its shard's lock only, changes neither `reserved` nor this.) A host wait counts itself in `in_flight` while its events
 //! are collected and hands over to the release of what it found idle in one critical
 //! section. So a requester that sees no room and nothing in flight knows no room is about
 //! to appear; one that sees something in flight waits for it instead of failing. (Before
@@ -36,23 +39,30 @@
 //! **Lazy guards.** Where events cost a driver call (CUDA), a block used by one stream only
 //! is freed with a *lazy* guard: no event, just "stream `t` used it up to now". Its own
 //! stream reuses it at once (stream order covers it), so a thread running on its own stream
-//! records no event at all in steady state. When another stream needs memory and finds
-//! nothing ready, the allocator *resolves* lazy guards: one event per stream covers all of
-//! that stream's lazily freed blocks. (The profile of the first H100 runs showed one event
+//! records no event at all in steady state. When another stream needs a block of a class
+//! that a stream's list holds lazily, the allocator *resolves* that stream's lazy guards: one
+//! event covers all of its lazily freed blocks (a release resolves every stream's). (The profile of the first H100 runs showed one event
 //! per freed block was what stopped per-thread throughput from scaling.)
 //!
-//! One mutex guards the lists and statistics; it is held for list operations and event
-//! queries only, never across a host wait on an event or a backend call. Requesters that
-//! wait for operations in flight wait on a condition variable of that mutex.
+//! **Locks.** The lists are sharded per stream slot ([`shard`]): each slot's free lists, lazy
+//! guards and counters sit behind a lock of their own, so the hot path (a request served
+//! from the calling stream's own list, and a free back onto it) locks that shard only. The
+//! device-wide lock (`Global`: `reserved`, releases and host waits in flight, room made,
+//! backend counters) is taken on a miss, for a reservation and at the limit. `allocated`
+//! and its peak are atomics (exact, and lock-free). Lock order: device-wide, then one shard
+//! at a time; a shard lock is never held while taking the device-wide lock or another
+//! shard. Locks are held for list operations, event queries and event records only, never
+//! across a host wait or a backend memory call. Requesters that wait for operations in
+//! flight wait on a condition variable of the device-wide lock.
 
+mod shard;
 pub mod size_class;
-
-use std::collections::HashMap;
 
 pub use size_class::size_class;
 
+use self::shard::{FreeBlock, Padded, ShardLock, ShardStats};
 use crate::backend::{BackendEvent, BackendMemory, BackendStream, DevicePtr};
-use crate::sync::{Arc, Condvar, Mutex};
+use crate::sync::{Arc, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::{Error, Result};
 
 /// A live block handed out by the allocator.
@@ -65,38 +75,22 @@ pub(crate) struct Block {
     pub(crate) stream: usize,
 }
 
-/// "Stream `stream` used the block up to `event`"; `event: None` is a lazy guard ("up to the
-/// time of the free"), turned into an event by [`State::resolve`] before another stream may
-/// use the block.
+/// "Stream `stream` used the block up to `event`" (a lazy guard, with no event yet, is a
+/// flag of the cached block: see `shard::FreeBlock::lazy`).
 pub(crate) struct Guard {
     pub(crate) stream: usize,
-    pub(crate) event: Option<Arc<dyn BackendEvent>>,
+    pub(crate) event: Arc<dyn BackendEvent>,
 }
 
 impl Guard {
-    /// Whether the guarded work is known to be done (a lazy guard never is).
+    /// Whether the guarded work is known to be done.
     fn done(&self) -> bool {
-        self.event.as_ref().is_some_and(|e| e.query())
+        self.event.query()
     }
 }
 
-struct FreeBlock {
-    ptr: DevicePtr,
-    guards: Vec<Guard>,
-}
-
-impl FreeBlock {
-    /// Whether stream `s` may use the block now without waiting. Completed guards of other
-    /// streams are dropped. Guards on `s` itself are not queried: stream order covers them,
-    /// and on CUDA each query is a driver call made under the allocator's mutex (the GPU
-    /// profile showed alloc+free ops scaling negatively with threads while it was).
-    fn ready_for(&mut self, s: usize) -> bool {
-        self.guards.retain(|g| g.stream == s || !g.done());
-        self.guards.iter().all(|g| g.stream == s)
-    }
-}
-
-/// Allocator statistics (bytes are size-class bytes).
+/// Allocator statistics (bytes are size-class bytes). Each counter is exact; a snapshot taken
+/// while other threads allocate reads the counters one after another, not at one instant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllocatorStats {
     /// Bytes in live blocks.
@@ -123,105 +117,18 @@ pub struct AllocatorStats {
     pub guard_resolutions: u64,
 }
 
-struct State {
-    /// `free[stream][size_class]`: cached blocks owned by each stream slot.
-    free: Vec<HashMap<usize, Vec<FreeBlock>>>,
-    /// Per stream slot: its handle (to record resolving events) while it has lazy guards.
-    lazy: Vec<Option<Arc<dyn BackendStream>>>,
+/// The device-wide part: what a reservation, a release or a failing requester must see whole.
+struct Global {
     /// Releases and host waits in progress outside the lock (see the module doc): while
     /// non-zero, a requester at the limit waits instead of failing.
     in_flight: usize,
-    /// Bumped whenever `stats.reserved` goes down (a release or a failed reservation is
+    /// Bumped whenever `reserved` goes down (a release or a failed reservation is
     /// accounted): a requester that failed to find room retries if it changed meanwhile.
     room_made: u64,
-    stats: AllocatorStats,
-}
-
-impl State {
-    fn note_alloc(&mut self, size: usize) {
-        self.stats.allocated += size;
-        self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
-    }
-    fn note_reserve(&mut self, size: usize) {
-        self.stats.reserved += size;
-        self.stats.backend_allocs += 1;
-        self.stats.peak_reserved = self.stats.peak_reserved.max(self.stats.reserved);
-    }
-
-    /// Step 1 and 2 of the module doc: a block ready for stream `s` without waiting.
-    fn take_ready(&mut self, s: usize, size: usize) -> Option<(DevicePtr, bool)> {
-        let n = self.free.len();
-        for owner in std::iter::once(s).chain((0..n).filter(|&o| o != s)) {
-            if let Some(list) = self.free[owner].get_mut(&size) {
-                // Newest first: the most recently freed block is the likeliest to be ready.
-                if let Some(i) = list.iter_mut().rposition(|b| b.ready_for(s)) {
-                    return Some((list.swap_remove(i).ptr, owner != s));
-                }
-            }
-        }
-        None
-    }
-
-    /// Records one event on each stream (other than `except`) that has lazily freed blocks
-    /// and gives it to all of them. A failed record leaves that stream's guards lazy (its
-    /// blocks stay reusable on their own stream only).
-    fn resolve(&mut self, except: Option<usize>) {
-        for t in 0..self.lazy.len() {
-            if Some(t) == except {
-                continue;
-            }
-            let Some(stream) = self.lazy[t].take() else {
-                continue;
-            };
-            let event = match stream.record(false) {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!(error = %e, stream = t, "could not resolve lazy free guards");
-                    self.lazy[t] = Some(stream);
-                    continue;
-                }
-            };
-            self.stats.guard_resolutions += 1;
-            for lists in &mut self.free {
-                for b in lists.values_mut().flatten() {
-                    for g in b
-                        .guards
-                        .iter_mut()
-                        .filter(|g| g.stream == t && g.event.is_none())
-                    {
-                        g.event = Some(event.clone());
-                    }
-                }
-            }
-        }
-    }
-
-    fn has_lazy(&self, except: usize) -> bool {
-        self.lazy
-            .iter()
-            .enumerate()
-            .any(|(t, l)| t != except && l.is_some())
-    }
-
-    /// Removes every cached block whose guards have all completed.
-    fn drain_completed(&mut self) -> Vec<(DevicePtr, usize)> {
-        self.resolve(None);
-        let mut out = Vec::new();
-        for lists in &mut self.free {
-            for (&size, list) in lists.iter_mut() {
-                let mut i = 0;
-                while i < list.len() {
-                    list[i].guards.retain(|g| !g.done());
-                    if list[i].guards.is_empty() {
-                        out.push((list.swap_remove(i).ptr, size));
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-        }
-        out
-    }
+    reserved: usize,
+    peak_reserved: usize,
+    backend_allocs: u64,
+    backend_frees: u64,
 }
 
 /// The per-device caching allocator. See the module documentation for the reuse rules.
@@ -229,9 +136,17 @@ pub(crate) struct CachingAllocator {
     memory: Arc<dyn BackendMemory>,
     device_name: String,
     limit: Option<usize>,
-    state: Mutex<State>,
-    /// Notified (under `state`) whenever an operation in flight ends.
+    /// One per stream slot: the hot path's only lock.
+    shards: Vec<ShardLock>,
+    /// Taken before any shard lock, never while one is held.
+    global: Mutex<Global>,
+    /// Notified (under `global`) whenever an operation in flight ends.
     settled: Condvar,
+    /// Bytes in live blocks. Relaxed: a statistic; no memory is published through it.
+    allocated: Padded<AtomicUsize>,
+    /// Highest `allocated` seen; read before it is raised, so in steady state (no new peak)
+    /// threads only read its cache line.
+    peak_allocated: Padded<AtomicUsize>,
 }
 
 impl CachingAllocator {
@@ -241,20 +156,41 @@ impl CachingAllocator {
         streams: usize,
         limit: Option<usize>,
     ) -> Self {
-        let free = (0..streams).map(|_| HashMap::new()).collect();
         Self {
             memory,
             device_name,
             limit,
-            state: Mutex::new(State {
-                free,
-                lazy: (0..streams).map(|_| None).collect(),
+            shards: (0..streams.max(1))
+                .map(|_| Padded(Mutex::new(shard::Shard::default())))
+                .collect(),
+            global: Mutex::new(Global {
                 in_flight: 0,
                 room_made: 0,
-                stats: AllocatorStats::default(),
+                reserved: 0,
+                peak_reserved: 0,
+                backend_allocs: 0,
+                backend_frees: 0,
             }),
             settled: Condvar::new(),
+            allocated: Padded(AtomicUsize::new(0)),
+            peak_allocated: Padded(AtomicUsize::new(0)),
         }
+    }
+
+    /// The shard of stream slot `s` (slots past the pool share the last one, as before).
+    fn shard(&self, s: usize) -> &Mutex<shard::Shard> {
+        &self.shards[s.min(self.shards.len() - 1)].0
+    }
+
+    fn note_alloc(&self, size: usize) {
+        let now = self.allocated.0.fetch_add(size, Ordering::Relaxed) + size;
+        if now > self.peak_allocated.0.load(Ordering::Relaxed) {
+            self.peak_allocated.0.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    fn note_free(&self, size: usize) {
+        self.allocated.0.fetch_sub(size, Ordering::Relaxed);
     }
 
     /// Allocates at least `bytes` for use on pool slot `s`, whose stream is `stream`.
@@ -270,40 +206,34 @@ impl CachingAllocator {
             size,
             stream: s,
         };
-        let mut first = true;
+        // The hot path: step 1 on this stream's own list, under its shard's lock only.
+        {
+            // Lock: this stream's shard alone (lock order: nothing else is held).
+            let mut sh = self.shard(s).lock();
+            sh.stats.allocs += 1;
+            if self.limit.is_some_and(|l| size > l) {
+                // Can never fit: fail before releasing the cache or waiting on anyone's
+                // events, so one oversized request does not slow or starve other threads.
+                drop(sh);
+                return Err(self.out_of_memory(bytes, &self.global.lock()));
+            }
+            if let Some(ptr) = sh.take(size, s, s) {
+                sh.stats.cache_hits += 1;
+                drop(sh);
+                self.note_alloc(size);
+                return Ok(block(ptr));
+            }
+        }
         loop {
             // This pass's own failed reservations also count as "room made" (for others);
             // step 5 must not mistake them for room made by someone else, or a request the
-            // backend refuses would retry for ever.
+            // backend itself refuses would retry for ever.
             let mut own = 0u64;
             // Step 5 compares against this: room made after it is seen by this pass.
-            let room_seen;
-            {
-                let mut st = self.state.lock();
-                if first {
-                    st.stats.allocs += 1;
-                    if self.limit.is_some_and(|l| size > l) {
-                        // Can never fit: fail before releasing the cache or waiting on
-                        // anyone's events, so one oversized request does not slow or starve
-                        // other threads.
-                        return Err(self.out_of_memory(bytes, &st));
-                    }
-                    first = false;
-                }
-                room_seen = st.room_made;
-                let mut found = st.take_ready(s, size);
-                if found.is_none() && st.has_lazy(s) {
-                    // Nothing ready: give other streams' lazily freed blocks their events;
-                    // those streams may well be idle already, so try again.
-                    st.resolve(Some(s));
-                    found = st.take_ready(s, size);
-                }
-                if let Some((ptr, cross)) = found {
-                    st.stats.cache_hits += 1;
-                    st.stats.cross_stream_reuses += cross as u64;
-                    st.note_alloc(size);
-                    return Ok(block(ptr));
-                }
+            let room_seen = self.global.lock().room_made;
+            if let Some(ptr) = self.take_ready(s, size) {
+                self.note_alloc(size);
+                return Ok(block(ptr));
             }
             if let Some(ptr) = self.reserve(size, &mut own)? {
                 return Ok(block(ptr));
@@ -312,19 +242,55 @@ impl CachingAllocator {
                 return Ok(block(ptr));
             }
             // Step 5: fail only if nothing can make room any more.
-            let mut st = self.state.lock();
+            let mut g = self.global.lock();
             loop {
-                if st.room_made != room_seen + own {
+                if g.room_made != room_seen + own {
                     break; // a release was accounted since this pass began: try again
                 }
-                if st.in_flight == 0 {
-                    return Err(self.out_of_memory(bytes, &st));
+                if g.in_flight == 0 {
+                    return Err(self.out_of_memory(bytes, &g));
                 }
                 // Releases the lock while waiting; this thread has nothing in flight itself,
                 // so whoever does will end it and notify.
-                st = self.settled.wait(st);
+                g = self.settled.wait(g);
             }
         }
+    }
+
+    /// Steps 1 and 2 of the module doc: a block of class `size` ready for stream `s` now,
+    /// from its own list first, then from the others'. A shard holding a lazily freed block
+    /// of this class gets its guards resolved into one event and is looked at again (its
+    /// stream may well be idle already). Counts the hit in the shard it came from.
+    fn take_ready(&self, s: usize, size: usize) -> Option<DevicePtr> {
+        let n = self.shards.len();
+        let own = s.min(n - 1);
+        for owner in std::iter::once(own).chain((0..n).filter(|&o| o != own)) {
+            // Lock: one shard at a time, nothing else held.
+            let mut sh = self.shard(owner).lock();
+            let mut found = sh.take(size, s, owner);
+            if found.is_none() && owner != own && sh.lazy_of(size) {
+                sh.resolve(owner);
+                found = sh.take(size, s, owner);
+            }
+            if let Some(ptr) = found {
+                sh.stats.cache_hits += 1;
+                sh.stats.cross_stream_reuses += (owner != own) as u64;
+                return Some(ptr);
+            }
+        }
+        None
+    }
+
+    /// Resolves every shard's lazy guards and takes out every cached block whose guards have
+    /// all completed. The caller holds the device-wide lock (lock order: then each shard).
+    fn drain_idle(&self) -> Vec<(DevicePtr, usize)> {
+        let mut out = Vec::new();
+        for (owner, shard) in self.shards.iter().enumerate() {
+            let mut sh = shard.0.lock();
+            sh.resolve(owner);
+            sh.drain_idle(&mut out);
+        }
+        out
     }
 
     /// Step 4 of the module doc, after a reservation failed at the limit: `Ok(None)` if
@@ -337,48 +303,51 @@ impl CachingAllocator {
         own: &mut u64,
     ) -> Result<Option<DevicePtr>> {
         // Release what is idle, then try again.
-        self.release(|st| st.drain_completed());
+        self.release(|_| self.drain_idle());
         if let Some(ptr) = self.reserve(size, own)? {
             return Ok(Some(ptr));
         }
         // Reuse a same-size block still in use elsewhere, ordered by a device-side wait.
-        let pending = {
-            let mut st = self.state.lock();
-            let found = st.free.iter_mut().enumerate().find_map(|(owner, lists)| {
-                lists
-                    .get_mut(&size)
-                    .and_then(|l| l.pop())
-                    .map(|b| (owner, b))
-            });
-            if found.is_some() {
-                st.stats.cache_hits += 1;
-                st.stats.event_gated_reuses += 1;
-                st.note_alloc(size);
+        let own_shard = s.min(self.shards.len() - 1);
+        let pending = self.shards.iter().enumerate().find_map(|(owner, shard)| {
+            // Lock: one shard at a time, nothing else held.
+            let mut sh = shard.0.lock();
+            if owner != own_shard && sh.lazy_of(size) {
+                // Freed lazily since the drain above (loom found this race): give it an
+                // event to wait on.
+                sh.resolve(owner);
             }
-            found
-        };
+            let b = sh.take_any(size)?;
+            sh.stats.cache_hits += 1;
+            sh.stats.event_gated_reuses += 1;
+            Some((owner, b))
+        });
         if let Some((owner, block)) = pending {
-            // `drain_completed` above resolved every lazy guard; one whose record failed
-            // leaves `None` here, which no wait can cover, so that counts as a failed wait.
-            for g in block.guards.iter().filter(|g| g.stream != s) {
-                let waited = match &g.event {
-                    Some(event) => stream.wait(event),
-                    None => Err(Error::Backend {
-                        device: self.device_name.clone(),
-                        msg: "could not record an event to reuse a block from another stream"
-                            .into(),
-                    }),
-                };
-                if let Err(e) = waited {
-                    // Its users may still be running: back to its list with every guard,
-                    // never as an idle block.
-                    let mut st = self.state.lock();
-                    st.stats.allocated -= size;
-                    st.stats.cache_hits -= 1;
-                    st.stats.event_gated_reuses -= 1;
-                    st.free[owner].entry(size).or_default().push(block);
-                    return Err(e);
-                }
+            self.note_alloc(size);
+            // Every lazy guard of another stream was resolved above; one whose record failed
+            // is still lazy, and no wait can cover it, so that counts as a failed wait.
+            let lazy_left = block.lazy && owner != own_shard;
+            let waited = if lazy_left {
+                Err(Error::Backend {
+                    device: self.device_name.clone(),
+                    msg: "could not record an event to reuse a block from another stream".into(),
+                })
+            } else {
+                block
+                    .guards
+                    .iter()
+                    .filter(|g| g.stream != s)
+                    .try_for_each(|g| stream.wait(&g.event))
+            };
+            if let Err(e) = waited {
+                // Its users may still be running: back to its list with every guard, never
+                // as an idle block.
+                self.note_free(size);
+                let mut sh = self.shard(owner).lock();
+                sh.stats.cache_hits -= 1;
+                sh.stats.event_gated_reuses -= 1;
+                sh.push(block);
+                return Err(e);
             }
             return Ok(Some(block.ptr));
         }
@@ -387,33 +356,36 @@ impl CachingAllocator {
         // reuse them (taking them out would make concurrent requests fail for no reason),
         // and the wait counts as in flight, so other requesters at the limit wait for it.
         let pending_events: Vec<Arc<dyn BackendEvent>> = {
-            let mut st = self.state.lock();
-            let events: Vec<_> = st
-                .free
-                .iter()
-                .flat_map(|lists| lists.values().flatten())
-                .flat_map(|b| b.guards.iter())
-                .filter(|g| !g.done())
-                .filter_map(|g| g.event.clone())
-                .collect();
+            let mut g = self.global.lock();
+            let mut events = Vec::new();
+            for shard in &self.shards {
+                // Lock order: device-wide, then this shard.
+                let sh = shard.0.lock();
+                events.extend(
+                    sh.blocks()
+                        .flat_map(|b| b.guards.iter())
+                        .filter(|g| !g.done())
+                        .map(|g| g.event.clone()),
+                );
+            }
             if !events.is_empty() {
-                st.in_flight += 1;
+                g.in_flight += 1;
             }
             events
         };
         let waiting = !pending_events.is_empty();
-        // No lock held here: host waits happen outside the allocator mutex.
+        // No lock held here: host waits happen outside the allocator's locks.
         let waited = pending_events.iter().try_for_each(|e| e.synchronize());
         // Drain even when there was nothing to wait for: a guard may have completed since
         // the drain above, and its block is then idle on a list. The wait ends in the same
         // critical section that takes what is idle off the lists (and counts that release in
         // flight): no moment between the two where a block is neither cached nor counted.
-        self.release(|st| {
+        self.release(|g| {
             if waiting {
-                self.end_op(st);
+                self.end_op(g);
             }
             if waited.is_ok() {
-                st.drain_completed()
+                self.drain_idle()
             } else {
                 Vec::new()
             }
@@ -423,17 +395,17 @@ impl CachingAllocator {
     }
 
     /// Ends an operation counted in `in_flight` and wakes requesters waiting for it.
-    fn end_op(&self, st: &mut State) {
-        st.in_flight -= 1;
+    fn end_op(&self, g: &mut Global) {
+        g.in_flight -= 1;
         self.settled.notify_all();
     }
 
-    fn out_of_memory(&self, requested: usize, st: &State) -> Error {
+    fn out_of_memory(&self, requested: usize, g: &Global) -> Error {
         Error::OutOfMemory {
             device: self.device_name.clone(),
             requested,
-            allocated: st.stats.allocated,
-            reserved: st.stats.reserved,
+            allocated: self.allocated.0.load(Ordering::Relaxed),
+            reserved: g.reserved,
             limit: self.limit,
         }
     }
@@ -443,27 +415,29 @@ impl CachingAllocator {
     /// also added to `own`, so the caller does not take its own refusal for someone's release.
     fn reserve(&self, size: usize, own: &mut u64) -> Result<Option<DevicePtr>> {
         {
-            let mut st = self.state.lock();
-            if self.limit.is_some_and(|l| st.stats.reserved + size > l) {
+            let mut g = self.global.lock();
+            if self.limit.is_some_and(|l| g.reserved + size > l) {
                 return Ok(None);
             }
             // Count it before the (possibly slow) backend call so concurrent requests
             // cannot overshoot the limit together; undone below on failure.
-            st.note_reserve(size);
-            st.note_alloc(size);
+            g.reserved += size;
+            g.backend_allocs += 1;
+            g.peak_reserved = g.peak_reserved.max(g.reserved);
         }
+        self.note_alloc(size);
         match self.memory.alloc(size) {
             Ok(ptr) => Ok(Some(ptr)),
             Err(e) => {
-                let mut st = self.state.lock();
-                st.stats.reserved -= size;
-                st.stats.allocated -= size;
-                st.stats.backend_allocs -= 1;
+                self.note_free(size);
+                let mut g = self.global.lock();
+                g.reserved -= size;
+                g.backend_allocs -= 1;
                 // Room appeared: a requester that found none meanwhile tries again.
-                st.room_made += 1;
+                g.room_made += 1;
                 *own += 1;
                 self.settled.notify_all();
-                drop(st);
+                drop(g);
                 // The backend itself is out of memory: treat it like reaching the limit.
                 if matches!(e, Error::OutOfMemory { .. }) {
                     Ok(None)
@@ -474,17 +448,17 @@ impl CachingAllocator {
         }
     }
 
-    /// Takes blocks out with `pick` (under the lock) and returns them to the backend. From
-    /// the moment they leave the lists until `reserved` no longer counts them, the release is
-    /// counted in `in_flight` (see the module doc).
-    fn release(&self, pick: impl FnOnce(&mut State) -> Vec<(DevicePtr, usize)>) {
+    /// Takes blocks out with `pick` (under the device-wide lock) and returns them to the
+    /// backend. From the moment they leave the lists until `reserved` no longer counts them,
+    /// the release is counted in `in_flight` (see the module doc).
+    fn release(&self, pick: impl FnOnce(&mut Global) -> Vec<(DevicePtr, usize)>) {
         let blocks = {
-            let mut st = self.state.lock();
-            let blocks = pick(&mut st);
+            let mut g = self.global.lock();
+            let blocks = pick(&mut g);
             if blocks.is_empty() {
                 return;
             }
-            st.in_flight += 1;
+            g.in_flight += 1;
             blocks
         };
         for &(ptr, size) in &blocks {
@@ -492,56 +466,90 @@ impl CachingAllocator {
             // completed (or been synchronized), so no stream touches it any more.
             unsafe { self.memory.free(ptr, size) };
         }
-        let mut st = self.state.lock();
+        let mut g = self.global.lock();
         for (_, size) in blocks {
-            st.stats.reserved -= size;
-            st.stats.backend_frees += 1;
+            g.reserved -= size;
+            g.backend_frees += 1;
         }
-        st.room_made += 1;
-        self.end_op(&mut st);
+        g.room_made += 1;
+        self.end_op(&mut g);
     }
 
-    /// Returns a block used only by its own allocation stream `stream`, with a lazy guard:
-    /// no event now; one is recorded only if another stream comes to need the block.
-    pub(crate) fn free_lazy(&self, block: Block, stream: Arc<dyn BackendStream>) {
-        let slot = block.stream;
-        let mut st = self.state.lock();
-        if let Some(l) = st.lazy.get_mut(slot) {
-            l.get_or_insert(stream);
+    /// Returns a block used only by its own allocation stream, with a lazy guard: no event
+    /// now; one is recorded only if another stream comes to need the block. `stream` gives
+    /// that stream's handle; it is called only on the slot's first lazy free (the shard keeps
+    /// the handle), so the per-op path does not look the stream up. Fails only if `stream`
+    /// does; the block is then not cached (the caller leaks it).
+    pub(crate) fn free_lazy(
+        &self,
+        block: Block,
+        stream: impl FnOnce() -> Result<Arc<dyn BackendStream>>,
+    ) -> Result<()> {
+        let shard = self.shard(block.stream);
+        // Lock: this block's shard alone.
+        let mut sh = shard.lock();
+        if sh.stream.is_none() {
+            // Looked up outside the shard's lock (the pool may create the stream).
+            drop(sh);
+            let handle = stream()?;
+            sh = shard.lock();
+            sh.stream.get_or_insert(handle);
         }
-        drop(st);
-        self.free(
-            block,
-            vec![Guard {
-                stream: slot,
-                event: None,
-            }],
-        );
+        sh.push(FreeBlock {
+            ptr: block.ptr,
+            size: block.size,
+            lazy: true,
+            guards: Vec::new(),
+        });
+        drop(sh);
+        self.note_free(block.size);
+        Ok(())
     }
 
     /// Returns `block` to the cache. `guards` holds an event recorded, at the time of the
-    /// free, on every stream that used the block (or lazy guards, see [`Self::free_lazy`]).
+    /// free, on every stream that used the block (see [`Self::free_lazy`] for the lazy way).
     pub(crate) fn free(&self, block: Block, guards: Vec<Guard>) {
-        let mut st = self.state.lock();
-        st.stats.allocated -= block.size;
-        let slot = block.stream.min(st.free.len() - 1);
-        st.free[slot]
-            .entry(block.size)
-            .or_default()
-            .push(FreeBlock {
-                ptr: block.ptr,
-                guards,
-            });
+        // Lock: this block's shard alone.
+        self.shard(block.stream).lock().push(FreeBlock {
+            ptr: block.ptr,
+            size: block.size,
+            lazy: false,
+            guards,
+        });
+        self.note_free(block.size);
     }
 
     /// Returns every cached block whose guards have completed to the backend.
     pub(crate) fn empty_cache(&self) {
-        self.release(|st| st.drain_completed());
+        self.release(|_| self.drain_idle());
     }
 
     /// A snapshot of the statistics.
     pub(crate) fn stats(&self) -> AllocatorStats {
-        self.state.lock().stats.clone()
+        let g = self.global.lock();
+        let mut sum = ShardStats::default();
+        for shard in &self.shards {
+            // Lock order: device-wide, then this shard.
+            let st = shard.0.lock().stats;
+            sum.allocs += st.allocs;
+            sum.cache_hits += st.cache_hits;
+            sum.cross_stream_reuses += st.cross_stream_reuses;
+            sum.event_gated_reuses += st.event_gated_reuses;
+            sum.guard_resolutions += st.guard_resolutions;
+        }
+        AllocatorStats {
+            allocated: self.allocated.0.load(Ordering::Relaxed),
+            reserved: g.reserved,
+            peak_allocated: self.peak_allocated.0.load(Ordering::Relaxed),
+            peak_reserved: g.peak_reserved,
+            allocs: sum.allocs,
+            cache_hits: sum.cache_hits,
+            cross_stream_reuses: sum.cross_stream_reuses,
+            event_gated_reuses: sum.event_gated_reuses,
+            backend_allocs: g.backend_allocs,
+            backend_frees: g.backend_frees,
+            guard_resolutions: sum.guard_resolutions,
+        }
     }
 }
 
@@ -550,17 +558,11 @@ impl Drop for CachingAllocator {
         // The device's stream pool is dropped before its allocator (field order in
         // `DeviceInner`) and dropping a stream finishes its queued work, so every guard is
         // done by now, lazy ones included; a pending event would be a bug: leak, not free.
-        let mut st = self.state.lock();
-        for lists in st.free.drain(..) {
-            for (size, list) in lists {
-                for b in list {
-                    if b.guards
-                        .iter()
-                        .all(|g| g.event.as_ref().is_none_or(|e| e.query()))
-                    {
-                        // SAFETY: came from `alloc(size)`; no stream uses it (all guards done).
-                        unsafe { self.memory.free(b.ptr, size) };
-                    }
+        for shard in &self.shards {
+            for b in shard.0.lock().take_all() {
+                if b.guards.iter().all(|g| g.done()) {
+                    // SAFETY: came from `alloc(size)`; no stream uses it (all guards done).
+                    unsafe { self.memory.free(b.ptr, b.size) };
                 }
             }
         }

@@ -221,7 +221,8 @@ impl Device {
         if let Some(d) = map.get(&ordinal) {
             return Ok(d.clone());
         }
-        let dev = Device::cuda_with(ordinal, DeviceConfig::default())?;
+        // The map holds it for ever: process-wide, so its handles need no reference count.
+        let dev = Device::cuda_with(ordinal, DeviceConfig::default())?.into_process_wide();
         map.insert(ordinal, dev.clone());
         Ok(dev)
     }

@@ -21,6 +21,15 @@ impl Layout {
         }
     }
 
+    /// A contiguous row-major layout that takes `shape` (no copy of it).
+    pub(crate) fn contiguous_owned(shape: Vec<usize>) -> Self {
+        Self {
+            strides: contiguous_strides(&shape),
+            shape,
+            offset: 0,
+        }
+    }
+
     /// The number of elements (0 if any dim is 0, however large the others).
     pub fn elem_count(&self) -> usize {
         if self.shape.contains(&0) {

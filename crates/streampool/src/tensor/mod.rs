@@ -65,8 +65,7 @@ pub(crate) fn launch(
     outs: Vec<OutSpec>,
     build: impl FnOnce(&[DevicePtr]) -> Kernel,
 ) -> Result<Vec<Tensor>> {
-    let stream = device.current_stream()?;
-    launch_on(&stream, inputs, outs, build)
+    crate::stream_pool::with_current_stream(device, |stream| launch_on(stream, inputs, outs, build))
 }
 
 pub(crate) fn launch_on(
@@ -86,8 +85,21 @@ pub(crate) fn launch_on(
         // From the caching allocator, or from a graph's pool while this thread captures one.
         blocks.push(crate::graph::alloc(device, bytes, stream)?);
     }
-    let ptrs: Vec<DevicePtr> = blocks.iter().map(|(b, _)| b.ptr).collect();
-    let kernel = build(&ptrs);
+    // Every op has at most a few outputs: their pointers go on the stack (a heap vector per
+    // op showed in the per-op profile).
+    const STACK_OUTS: usize = 4;
+    let mut on_stack = [DevicePtr(0); STACK_OUTS];
+    let on_heap: Vec<DevicePtr>;
+    let ptrs: &[DevicePtr] = if blocks.len() <= STACK_OUTS {
+        for (p, (b, _)) in on_stack.iter_mut().zip(&blocks) {
+            *p = b.ptr;
+        }
+        &on_stack[..blocks.len()]
+    } else {
+        on_heap = blocks.iter().map(|(b, _)| b.ptr).collect();
+        &on_heap
+    };
+    let kernel = build(ptrs);
     // SAFETY: input pointers are alive (we hold the tensors, and the allocator will not reuse
     // their blocks until this stream passes the guard recorded when they are freed); outputs
     // are fresh blocks of the right size; cross-stream writers were waited for above.
@@ -118,7 +130,7 @@ impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: Vec<usize>, dtype: DType) -> Tensor {
         Tensor(Arc::new(TensorInner {
             storage: Arc::new(storage),
-            layout: Layout::contiguous(&shape),
+            layout: Layout::contiguous_owned(shape),
             dtype,
         }))
     }
@@ -150,23 +162,25 @@ impl Tensor {
                 format!("{} elements do not fill shape {shape:?}", data.len()),
             ));
         }
-        let stream = device.current_stream()?;
-        let bytes = as_bytes(data).to_vec();
-        let block = device
-            .allocator()
-            .alloc(bytes.len(), stream.index(), stream.inner.as_ref())?;
-        let ptr = block.ptr;
-        // The storage owns the block before the copy is queued, so an error frees it.
-        let storage = Storage::new(device.clone(), block, &stream, None);
-        // SAFETY: the block holds at least `bytes.len()` bytes and stays allocated (the storage
-        // is alive, and once freed its guard covers this copy).
-        unsafe { stream.inner.copy_from_host(bytes, ptr)? };
-        let storage = if device.eager_events() {
-            let block_event = stream.inner.record(false)?;
-            storage.with_write_event(block_event)
-        } else {
-            storage
-        };
+        let storage = crate::stream_pool::with_current_stream(device, |stream| {
+            let bytes = as_bytes(data).to_vec();
+            let block =
+                device
+                    .allocator()
+                    .alloc(bytes.len(), stream.index(), stream.inner.as_ref())?;
+            let ptr = block.ptr;
+            // The storage owns the block before the copy is queued, so an error frees it.
+            let storage = Storage::new(device.clone(), block, stream, None);
+            // SAFETY: the block holds at least `bytes.len()` bytes and stays allocated (the
+            // storage is alive, and once freed its guard covers this copy).
+            unsafe { stream.inner.copy_from_host(bytes, ptr)? };
+            Ok(if device.eager_events() {
+                let block_event = stream.inner.record(false)?;
+                storage.with_write_event(block_event)
+            } else {
+                storage
+            })
+        })?;
         Ok(Tensor::from_storage(storage, shape.to_vec(), T::DTYPE))
     }
 
@@ -238,13 +252,15 @@ impl Tensor {
             });
         }
         let t = self.contiguous()?;
-        let stream = t.device().current_stream()?;
-        t.0.storage.prepare_use(&stream)?;
-        let mut out = vec![T::zeros_like(); t.elem_count()];
-        let src = t.ptr();
-        // SAFETY: the storage is alive (we hold `t`) and covers `elem_count` elements from `ptr`.
-        unsafe { stream.inner.copy_to_host(src, as_bytes_mut(&mut out))? };
-        Ok(out)
+        crate::stream_pool::with_current_stream(t.device(), |stream| {
+            t.0.storage.prepare_use(stream)?;
+            let mut out = vec![T::zeros_like(); t.elem_count()];
+            let src = t.ptr();
+            // SAFETY: the storage is alive (we hold `t`) and covers `elem_count` elements from
+            // `ptr`.
+            unsafe { stream.inner.copy_to_host(src, as_bytes_mut(&mut out))? };
+            Ok(out)
+        })
     }
 
     /// The single element of a one-element `f32` tensor.
