@@ -12,9 +12,6 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-// cudarc 0.19.10's `cublaslt::sys` has no `cublasOperation_t`; cuBLASLt takes the transpose
-// attributes as a pointer to cuBLAS's own enum (4 bytes, same values), so cuBLAS's is used.
-use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys::{
     cublasComputeType_t, cublasLtEpilogue_t, cublasLtHandle_t, cublasLtMatmulAlgo_t,
