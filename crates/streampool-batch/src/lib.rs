@@ -10,6 +10,7 @@
 //! | [`BatchQueue`]     | the queue and its workers: `infer`, `submit`, `infer_async`, `stats`  |
 //! | [`BatchConfig`]    | batch size, wait window, queue bound, workers, length buckets         |
 //! | [`BatchModel`]     | what a model implements: `forward_batch` (+ optional lengths, checks) |
+//! | [`Prepared`]       | a batch after the model's optional host step (`prepare_batch`)        |
 //! | [`RowModel`]       | a ready `BatchModel` for `[batch, features] -> [batch, out]` tensors  |
 //! | [`Replicas`]       | one queue per replica (device), each request to the least loaded     |
 //! | [`Handle`]         | one submitted request: `wait`, `wait_timeout`, or `.await`            |
@@ -40,6 +41,7 @@
 mod batch_queue;
 mod config;
 mod error;
+mod handoff;
 mod model;
 mod queue;
 mod replicas;
@@ -54,7 +56,7 @@ mod loom_tests;
 pub use batch_queue::BatchQueue;
 pub use config::BatchConfig;
 pub use error::{BatchError, ModelError};
-pub use model::{BatchContext, BatchModel};
+pub use model::{BatchContext, BatchModel, Prepared};
 pub use replicas::{ReplicaStats, Replicas};
 pub use row_model::RowModel;
 pub use slot::Handle;

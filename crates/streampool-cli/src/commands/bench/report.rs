@@ -18,8 +18,13 @@ pub struct Record {
     pub device: String,
     /// `mlp`, `minilm32`, `minilm128`, or `ops` for the overhead scenario.
     pub workload: String,
-    /// `threading`, `batching`, `ceiling` or `overhead`.
+    /// `threading`, `batching`, `ceiling`, `forward` (pre-tokenized: forward, pooling and
+    /// read-back only) or `overhead`.
     pub scenario: String,
+    /// The compute dtype of the point: `f32`, `tf32`, `f16` or `bf16` (the MLP and the ops are
+    /// always `f32`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
     /// Threads calling the model directly (threading, ceiling).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
@@ -78,6 +83,17 @@ pub struct Record {
     /// Overhead: `us_per_op / reference_us_per_op`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<f64>,
+}
+
+impl Record {
+    /// The workload with the dtype for the encoder workloads (`minilm32 f16`), so points of
+    /// several dtypes of one run stay apart in checks, tables and plots.
+    pub fn series(&self) -> String {
+        match &self.dtype {
+            Some(d) if self.workload.starts_with("minilm") => format!("{} {d}", self.workload),
+            _ => self.workload.clone(),
+        }
+    }
 }
 
 /// One target and whether our own figures meet it.
@@ -150,12 +166,16 @@ pub fn checks(results: &[Record], cpu: bool) -> Vec<Check> {
             pass: v >= 6.0,
         });
     }
-    let mut workloads: Vec<&str> = results.iter().map(|r| r.workload.as_str()).collect();
-    workloads.dedup();
-    for w in workloads {
+    let mut series: Vec<String> = Vec::new();
+    for r in results {
+        if !series.contains(&r.series()) {
+            series.push(r.series());
+        }
+    }
+    for w in &series {
         let most = results
             .iter()
-            .filter(|r| r.workload == w && r.scenario == "batching")
+            .filter(|r| &r.series() == w && r.scenario == "batching")
             .filter_map(|r| r.callers)
             .max();
         let Some(most) = most else { continue };
@@ -163,7 +183,7 @@ pub fn checks(results: &[Record], cpu: bool) -> Vec<Check> {
         // the one closest to the ceiling.
         let candidates: Vec<&Record> = results
             .iter()
-            .filter(|r| r.workload == w && r.scenario == "batching" && r.callers == Some(most))
+            .filter(|r| &r.series() == w && r.scenario == "batching" && r.callers == Some(most))
             .filter(|r| r.ceiling_fraction.is_some())
             .collect();
         let meets = |r: &&&Record| {
@@ -243,7 +263,7 @@ fn fmt_rate(v: f64) -> String {
 pub fn print(report: &Report) {
     println!("\nstreampool bench on {} ({})", report.device, report.date);
     println!(
-        "{:<10} {:<10} {:>7} {:>6} {:>12} {:>9} {:>9} {:>9}  notes",
+        "{:<15} {:<10} {:>7} {:>6} {:>12} {:>9} {:>9} {:>9}  notes",
         "workload", "scenario", "thr/cal", "batch", "rows/s", "p50 ms", "p90 ms", "p99 ms"
     );
     for r in &report.results {
@@ -272,8 +292,8 @@ pub fn print(report: &Report) {
             _ => r.model.clone().unwrap_or_default(),
         };
         println!(
-            "{:<10} {:<10} {:>7} {:>6} {:>12} {:>9.3} {:>9.3} {:>9.3}  {}",
-            r.workload,
+            "{:<15} {:<10} {:>7} {:>6} {:>12} {:>9.3} {:>9.3} {:>9.3}  {}",
+            r.series(),
             r.scenario,
             who,
             r.batch,

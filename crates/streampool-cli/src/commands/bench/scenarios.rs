@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use streampool::{Device, Tensor};
 use streampool_batch::{BatchConfig, BatchModel, BatchQueue};
+use streampool_nn::ComputeDType;
 
 use super::measure::{closed_loop, median_time, Latency, LoopResult, Window};
 use super::report::Record;
@@ -29,6 +30,7 @@ fn record(
         device: device.name(),
         workload: workload.name(),
         scenario: scenario.into(),
+        dtype: Some(workload.dtype().to_string()),
         batch: rows,
         throughput_per_s: r.calls_per_s() * rows as f64,
         calls_per_s: r.calls_per_s(),
@@ -45,6 +47,21 @@ fn record(
 pub fn ceiling(device: &Device, w: &Workload, batch: usize, window: Window) -> Result<Record> {
     let r = closed_loop(1, window, || {}, |_, i| w.call(batch, i * batch))?;
     let mut rec = record(device, w, "ceiling", batch, &r);
+    rec.threads = Some(1);
+    Ok(rec)
+}
+
+/// One thread calling the encoder on one batch of `batch` sentences tokenized once, before
+/// the loop: each call uploads the token ids and mask, runs the forward, mean-pools and
+/// normalizes, and reads the embeddings back. The same counting as PyTorch's `forward`
+/// figure in `bench/torch_baseline.py` (tokenization excluded); the MLP has no such split.
+pub fn forward(device: &Device, w: &Workload, batch: usize, window: Window) -> Result<Record> {
+    let Workload::Encoder(e) = w else {
+        bail!("the forward scenario is for the minilm workloads");
+    };
+    let input = e.tokenized(batch, 0)?;
+    let r = closed_loop(1, window, || {}, |_, _| e.forward(&input).map(drop))?;
+    let mut rec = record(device, w, "forward", batch, &r);
     rec.threads = Some(1);
     Ok(rec)
 }
@@ -153,6 +170,7 @@ fn ops_record(
         device: device.name(),
         workload: "ops".into(),
         scenario: "overhead".into(),
+        dtype: Some(ComputeDType::F32.to_string()),
         threads: Some(1),
         batch: 1,
         throughput_per_s: 1e6 / us,
