@@ -170,13 +170,15 @@ impl<M: BatchModel> Shared<M> {
             return;
         };
         let Claimed { inputs, waiting, cost, ctx } = claimed;
-        self.stats.batch_started(Instant::now());
+        let started = Instant::now();
+        self.stats.batch_started(started);
         // A panic inside the model must not take the worker (and every later request) down:
         // the model is only read through `&self`, and a panicking batch's inputs are gone, so
         // nothing half-updated is observed afterwards except what the model itself guards.
         let result = catch_unwind(AssertUnwindSafe(|| self.model.forward_batch(inputs, &ctx)));
         let done = Instant::now();
         self.stats.batch_finished(done);
+        self.stats.ran(done.duration_since(started));
         self.answer(waiting, cost, flatten(result), done);
     }
 
@@ -230,20 +232,22 @@ impl<M: BatchModel> Shared<M> {
         }
         let _close = CloseOnDrop(self, handoff);
         while let Some(Ready { prepared, waiting, cost, ctx }) = handoff.take() {
-            self.stats.batch_started(Instant::now());
+            let started = Instant::now();
+            self.stats.batch_started(started);
             // See `run_batch` on catching panics.
             let result = catch_unwind(AssertUnwindSafe(|| {
                 self.model.forward_prepared(prepared, &ctx)
             }));
             let done = Instant::now();
             self.stats.batch_finished(done);
+            self.stats.ran(done.duration_since(started));
             self.answer(waiting, cost, flatten(result), done);
         }
     }
 
     /// A prepared batch that will not run (its runner is gone): settled, counted, and
     /// answered `ShutDown` by its responders' drop.
-    fn drop_ready(&self, ready: Ready<M>) {
+    pub(crate) fn drop_ready(&self, ready: Ready<M>) {
         self.stats
             .count(Outcome::ShutDown, ready.waiting.len() as u64);
         self.settle(ready.cost);

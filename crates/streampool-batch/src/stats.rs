@@ -57,6 +57,9 @@ pub struct StatsSnapshot {
     pub prepare: Duration,
     /// Batches prepared (pipelined workers only).
     pub prepared_batches: u64,
+    /// Time inside the model's forward (`forward_batch` or `forward_prepared`), summed over
+    /// batches (batches of several workers that overlap each count in full, unlike `busy`).
+    pub forward: Duration,
     /// Time from submit until a worker claimed the request's batch (started preparing or
     /// running it).
     pub queue_wait: Percentiles,
@@ -147,6 +150,7 @@ struct Inner {
     busy: Duration,
     prepare: Duration,
     prepared_batches: u64,
+    forward: Duration,
 }
 
 impl Default for Inner {
@@ -167,6 +171,7 @@ impl Default for Inner {
             busy: Duration::ZERO,
             prepare: Duration::ZERO,
             prepared_batches: 0,
+            forward: Duration::ZERO,
         }
     }
 }
@@ -229,6 +234,12 @@ impl Stats {
         s.running += 1;
     }
 
+    /// One batch spent `took` inside the model's forward (`forward_batch` or
+    /// `forward_prepared`).
+    pub(crate) fn ran(&self, took: Duration) {
+        self.inner.lock().forward += took;
+    }
+
     /// A pipelined worker spent `took` in `prepare_batch` on one batch.
     pub(crate) fn prepared(&self, took: Duration) {
         let mut s = self.inner.lock();
@@ -285,6 +296,7 @@ impl Stats {
                 busy: s.busy + ongoing,
                 prepare: s.prepare,
                 prepared_batches: s.prepared_batches,
+                forward: s.forward,
                 queue_wait: Percentiles::default(),
                 latency: Percentiles::default(),
                 queue_len,
@@ -333,6 +345,7 @@ impl StatsSnapshot {
             busy: Duration::ZERO,
             prepare: Duration::ZERO,
             prepared_batches: 0,
+            forward: Duration::ZERO,
             queue_wait: Percentiles::default(),
             latency: Percentiles::default(),
             queue_len: 0,
@@ -362,6 +375,7 @@ impl StatsSnapshot {
             total.busy += s.busy;
             total.prepare += s.prepare;
             total.prepared_batches += s.prepared_batches;
+            total.forward += s.forward;
             total.queue_wait = worst(total.queue_wait, s.queue_wait);
             total.latency = worst(total.latency, s.latency);
             total.queue_len += s.queue_len;

@@ -71,6 +71,18 @@ pub struct Record {
     /// Batching: `throughput_per_s / ceiling_per_s`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceiling_fraction: Option<f64>,
+    /// Forward: milliseconds to tokenize this batch (median of a few, outside the timed
+    /// loop), so `tokenize_ms / (tokenize_ms + p50)` is the host share of an end-to-end call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenize_ms: Option<f64>,
+    /// Batching: mean milliseconds per batch in the model's host preparation step
+    /// (tokenization; only when the queue runs a preparing stage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prepare_ms_per_batch: Option<f64>,
+    /// Batching: mean milliseconds per batch inside the model's forward (tokenization
+    /// included when there is no preparing stage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_ms_per_batch: Option<f64>,
     /// Overhead: what was timed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
@@ -270,9 +282,11 @@ pub fn print(report: &Report) {
         let who = r.threads.or(r.callers).unwrap_or(1);
         let notes = match r.scenario.as_str() {
             "batching" => format!(
-                "wait {} ms, mean batch {:.1}, {:.0}% of ceiling, p99 bound {:.2} ms {}",
+                "wait {} ms, mean batch {:.1}, prepare/forward {:.2}/{:.2} ms per batch, {:.0}% of ceiling, p99 bound {:.2} ms {}",
                 r.max_wait_ms.unwrap_or(0.0),
                 r.mean_batch_size.unwrap_or(0.0),
+                r.prepare_ms_per_batch.unwrap_or(0.0),
+                r.forward_ms_per_batch.unwrap_or(0.0),
                 100.0 * r.ceiling_fraction.unwrap_or(0.0),
                 r.p99_bound_ms.unwrap_or(0.0),
                 match r.p99_within_bound {
@@ -280,6 +294,11 @@ pub fn print(report: &Report) {
                     Some(false) => "EXCEEDED",
                     None => "",
                 }
+            ),
+            "forward" => format!(
+                "{}; tokenize {:.3} ms",
+                r.model.clone().unwrap_or_default(),
+                r.tokenize_ms.unwrap_or(0.0)
             ),
             "overhead" => match (r.us_per_op, r.reference_us_per_op, r.ratio) {
                 (Some(us), Some(rf), Some(ratio)) => format!(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Result};
 use streampool::{Device, Tensor};
-use streampool_batch::{BatchConfig, BatchModel, BatchQueue};
+use streampool_batch::{BatchConfig, BatchModel, BatchQueue, StatsSnapshot};
 use streampool_nn::ComputeDType;
 
 use super::measure::{closed_loop, median_time, Latency, LoopResult, Window};
@@ -60,9 +60,11 @@ pub fn forward(device: &Device, w: &Workload, batch: usize, window: Window) -> R
         bail!("the forward scenario is for the minilm workloads");
     };
     let input = e.tokenized(batch, 0)?;
+    let tokenize_s = median_time(5, || e.tokenized(batch, 0).map(drop))?;
     let r = closed_loop(1, window, || {}, |_, _| e.forward(&input).map(drop))?;
     let mut rec = record(device, w, "forward", batch, &r);
     rec.threads = Some(1);
+    rec.tokenize_ms = Some(tokenize_s * 1e3);
     Ok(rec)
 }
 
@@ -109,7 +111,7 @@ pub fn batching(
         workers: setup.workers,
         buckets: Vec::new(),
     };
-    let (r, mean_batch) = match w {
+    let (r, stats) = match w {
         Workload::Mlp(m) => through_queue(m.clone(), config, setup.callers, window, |i| m.row(i))?,
         Workload::Encoder(e) => {
             through_queue(e.clone(), config, setup.callers, window, |i| e.text(i))?
@@ -120,7 +122,10 @@ pub fn batching(
     rec.callers = Some(setup.callers);
     rec.max_wait_ms = Some(setup.max_wait.as_secs_f64() * 1e3);
     rec.workers = Some(setup.workers);
-    rec.mean_batch_size = Some(mean_batch);
+    rec.mean_batch_size = Some(stats.mean_batch_size);
+    let per_batch = |d: Duration, n: u64| (n > 0).then(|| d.as_secs_f64() * 1e3 / n as f64);
+    rec.prepare_ms_per_batch = per_batch(stats.prepare, stats.prepared_batches);
+    rec.forward_ms_per_batch = per_batch(stats.forward, stats.batches);
     if let Some(c) = ceiling {
         let batch_time = c.latency_ms.p50;
         let bound = setup.max_wait.as_secs_f64() * 1e3 + 2.0 * batch_time;
@@ -134,14 +139,14 @@ pub fn batching(
 }
 
 /// Runs the closed loop through a fresh queue over `model`; returns the loop's figures and
-/// the mean batch size after the warm-up.
+/// the queue's statistics after the warm-up.
 fn through_queue<M: BatchModel>(
     model: Arc<M>,
     config: BatchConfig,
     callers: usize,
     window: Window,
     input: impl Fn(usize) -> M::Input + Sync,
-) -> Result<(LoopResult, f64)> {
+) -> Result<(LoopResult, StatsSnapshot)> {
     let queue = BatchQueue::new(model, config)?;
     let r = closed_loop(
         callers,
@@ -152,9 +157,9 @@ fn through_queue<M: BatchModel>(
             Ok(())
         },
     )?;
-    let mean = queue.stats().mean_batch_size;
+    let stats = queue.stats();
     queue.shutdown();
-    Ok((r, mean))
+    Ok((r, stats))
 }
 
 fn ops_record(
