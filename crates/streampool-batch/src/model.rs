@@ -18,6 +18,20 @@ pub struct BatchContext {
     pub worker: usize,
 }
 
+impl BatchContext {
+    /// A context as a queue passes it, for calling a model's batch methods directly (tests,
+    /// benchmarks).
+    ///
+    /// ```
+    /// use streampool_batch::BatchContext;
+    /// let ctx = BatchContext::new(Some(32), 0);
+    /// assert_eq!((ctx.padded_len, ctx.worker), (Some(32), 0));
+    /// ```
+    pub fn new(padded_len: Option<usize>, worker: usize) -> Self {
+        Self { padded_len, worker }
+    }
+}
+
 /// A model the queue can batch: it maps a batch of inputs to one output per input, in order.
 ///
 /// **Who pads:** the queue groups requests by bucket and tells the model the bucket length

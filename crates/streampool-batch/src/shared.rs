@@ -159,8 +159,7 @@ impl<M: BatchModel> Shared<M> {
 
     fn take_batch(&self) -> Option<Vec<Request<M>>> {
         let (max, wait) = (self.config.max_batch_size, self.config.max_wait);
-        self.queue
-            .take_batch(max, wait, |r| r.bucket.unwrap_or(0))
+        self.queue.take_batch(max, wait, |r| r.bucket.unwrap_or(0))
     }
 
     /// Answers expired and abandoned requests without running them, runs the rest as one
@@ -169,7 +168,12 @@ impl<M: BatchModel> Shared<M> {
         let Some(claimed) = self.claim(batch, worker) else {
             return;
         };
-        let Claimed { inputs, waiting, cost, ctx } = claimed;
+        let Claimed {
+            inputs,
+            waiting,
+            cost,
+            ctx,
+        } = claimed;
         let started = Instant::now();
         self.stats.batch_started(started);
         // A panic inside the model must not take the worker (and every later request) down:
@@ -193,7 +197,12 @@ impl<M: BatchModel> Shared<M> {
             let Some(claimed) = self.claim(batch, worker) else {
                 continue;
             };
-            let Claimed { inputs, waiting, cost, ctx } = claimed;
+            let Claimed {
+                inputs,
+                waiting,
+                cost,
+                ctx,
+            } = claimed;
             let started = Instant::now();
             // Caught for the same reason as a panic in `forward_batch` (see `run_batch`).
             let prepared =
@@ -202,7 +211,12 @@ impl<M: BatchModel> Shared<M> {
             self.stats.prepared(done.duration_since(started));
             match flatten(prepared) {
                 Ok(prepared) => {
-                    let ready = Ready { prepared, waiting, cost, ctx };
+                    let ready = Ready {
+                        prepared,
+                        waiting,
+                        cost,
+                        ctx,
+                    };
                     // Refused only when the runner is gone: dropping the batch answers each
                     // of its (claimed) requests `ShutDown` through its responder's drop.
                     if let Err(ready) = handoff.put(ready) {
@@ -231,7 +245,13 @@ impl<M: BatchModel> Shared<M> {
             }
         }
         let _close = CloseOnDrop(self, handoff);
-        while let Some(Ready { prepared, waiting, cost, ctx }) = handoff.take() {
+        while let Some(Ready {
+            prepared,
+            waiting,
+            cost,
+            ctx,
+        }) = handoff.take()
+        {
             let started = Instant::now();
             self.stats.batch_started(started);
             // See `run_batch` on catching panics.

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, Gate};
 use parking_lot::Mutex;
-use streampool_batch::{BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, ModelError,
-    Prepared};
+use streampool_batch::{
+    BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, ModelError, Prepared,
+};
 
 /// What one stage did with one batch: its thread, its tags and when.
 #[derive(Debug, Clone)]
@@ -57,13 +58,23 @@ fn span(tags: Vec<u64>, start: Instant) -> Span {
 
 impl Staged {
     fn prepared_tags(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.prepared.lock().iter().flat_map(|s| s.tags.clone()).collect();
+        let mut v: Vec<u64> = self
+            .prepared
+            .lock()
+            .iter()
+            .flat_map(|s| s.tags.clone())
+            .collect();
         v.sort_unstable();
         v
     }
 
     fn ran_tags(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.ran.lock().iter().flat_map(|s| s.tags.clone()).collect();
+        let mut v: Vec<u64> = self
+            .ran
+            .lock()
+            .iter()
+            .flat_map(|s| s.tags.clone())
+            .collect();
         v.sort_unstable();
         v
     }
@@ -92,7 +103,9 @@ impl BatchModel for Staged {
         if has(self.fail_on) {
             return Err("preparation refused".into());
         }
-        Ok(Prepared::new(tags.into_iter().map(|t| (t, 3 * t)).collect::<Vec<_>>()))
+        Ok(Prepared::new(
+            tags.into_iter().map(|t| (t, 3 * t)).collect::<Vec<_>>(),
+        ))
     }
 
     fn forward_prepared(&self, p: Prepared, _: &BatchContext) -> Result<Vec<u64>, ModelError> {
@@ -159,13 +172,26 @@ fn every_request_is_answered_once_to_its_caller() {
         .flat_map(|c| (0..each).map(move |i| c * 1000 + i))
         .collect();
     want.sort_unstable();
-    assert_eq!(model.prepared_tags(), want, "each request prepared exactly once");
+    assert_eq!(
+        model.prepared_tags(),
+        want,
+        "each request prepared exactly once"
+    );
     assert_eq!(model.ran_tags(), want, "each request run exactly once");
     // The two stages are distinct threads: preparing threads never run a batch.
-    let prep_names: Vec<_> = model.prepared.lock().iter().map(|s| s.name.clone()).collect();
+    let prep_names: Vec<_> = model
+        .prepared
+        .lock()
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
     let run_names: Vec<_> = model.ran.lock().iter().map(|s| s.name.clone()).collect();
-    assert!(prep_names.iter().all(|n| n.as_deref().is_some_and(|n| n.starts_with("streampool-prep-"))));
-    assert!(run_names.iter().all(|n| n.as_deref().is_some_and(|n| n.starts_with("streampool-batch-"))));
+    assert!(prep_names.iter().all(|n| n
+        .as_deref()
+        .is_some_and(|n| n.starts_with("streampool-prep-"))));
+    assert!(run_names.iter().all(|n| n
+        .as_deref()
+        .is_some_and(|n| n.starts_with("streampool-batch-"))));
 }
 
 #[test]
@@ -245,7 +271,10 @@ fn one_batch_ahead_at_most_deadlines_and_backpressure_hold() {
     // max_queue 2: requests 3 and 4 wait in the queue, the running and the prepared batch do
     // not count, so the next submit is refused at once.
     assert_eq!(queue.queue_len(), 2);
-    assert!(matches!(queue.submit(5), Err(BatchError::QueueFull { capacity: 2 })));
+    assert!(matches!(
+        queue.submit(5),
+        Err(BatchError::QueueFull { capacity: 2 })
+    ));
     assert_eq!(late.wait(), Err(BatchError::DeadlineExceeded));
     queue.model().gate.open();
     assert_eq!(first.wait(), Ok(3));
@@ -333,7 +362,9 @@ fn stress_pipelined_hand_off() {
                             _ => queue.infer(tag),
                         };
                         match outcome {
-                            Ok(v) => assert_eq!(v, 2 * tag + 1, "an answer went to the wrong caller"),
+                            Ok(v) => {
+                                assert_eq!(v, 2 * tag + 1, "an answer went to the wrong caller")
+                            }
                             Err(BatchError::DeadlineExceeded | BatchError::QueueFull { .. }) => {}
                             Err(e) => panic!("unexpected {e}"),
                         }

@@ -30,7 +30,11 @@ fn max_chunking_diff(load: impl Fn() -> SentenceEmbedder) -> f32 {
         let emb = load().with_chunk_size(chunk);
         assert_eq!(emb.chunk_size(), chunk);
         let got = emb.embed(&refs).unwrap();
-        assert_eq!(got.len(), whole.len(), "chunk {chunk}: one embedding per text");
+        assert_eq!(
+            got.len(),
+            whole.len(),
+            "chunk {chunk}: one embedding per text"
+        );
         for (g, w) in got.iter().zip(&whole) {
             for (a, b) in g.iter().zip(w) {
                 worst = worst.max((a - b).abs());
@@ -42,7 +46,8 @@ fn max_chunking_diff(load: impl Fn() -> SentenceEmbedder) -> f32 {
 
 #[test]
 fn tiny_bert_chunked_embeddings_equal_one_batch() {
-    let diff = max_chunking_diff(|| SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap());
+    let diff =
+        max_chunking_diff(|| SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap());
     eprintln!("tiny-bert: largest chunked vs one-batch difference {diff:e}");
     assert!(diff <= 1e-6, "chunked embeddings differ by {diff}");
 }

@@ -413,10 +413,15 @@ fn run_point(
                     && r.scenario == "ceiling"
                     && r.batch == setup.max_batch
             });
-            vec![with_model(
-                scenarios::batching(dev, w, *setup, plan.window, ceiling)?,
-                *i,
-            )]
+            let forward = done.iter().find(|r| {
+                r.workload == w.name()
+                    && r.dtype.as_deref() == Some(dtype.as_str())
+                    && r.scenario == "forward"
+                    && r.batch == setup.max_batch
+            });
+            let mut rec = scenarios::batching(dev, w, *setup, plan.window, ceiling)?;
+            rec.forward_fraction = forward.map(|f| rec.throughput_per_s / f.throughput_per_s);
+            vec![with_model(rec, *i)]
         }
         Point::Overhead => {
             bar.set_message("overhead");
@@ -450,5 +455,47 @@ fn one_line(r: &Record) -> String {
             r.mean_batch_size
                 .map_or(String::new(), |m| format!(", mean batch {m:.1}"))
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use streampool_nn::ComputeDType;
+
+    use super::Args;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(flags.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn dtype_axis_and_single_dtype_flags() {
+        let a = parse(&["--dtypes", "f32,tf32,f16,bf16"]).unwrap();
+        assert_eq!(
+            a.dtypes,
+            Some(vec![
+                ComputeDType::F32,
+                ComputeDType::Tf32,
+                ComputeDType::F16,
+                ComputeDType::Bf16
+            ])
+        );
+        assert_eq!(
+            parse(&["--dtype", "bf16"]).unwrap().dtype,
+            Some(ComputeDType::Bf16)
+        );
+        assert!(parse(&["--dtype", "f16", "--dtypes", "f32"]).is_err());
+        assert!(parse(&["--dtypes", "f8"]).is_err());
+        let a = parse(&[]).unwrap();
+        assert!(a.scenarios.iter().any(|s| s == "forward"));
+        assert!(!a.no_prepare_stage);
+        assert_eq!(a.embed_chunk, streampool_nn::DEFAULT_EMBED_CHUNK);
     }
 }

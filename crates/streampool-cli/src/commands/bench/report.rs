@@ -83,6 +83,11 @@ pub struct Record {
     /// included when there is no preparing stage).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forward_ms_per_batch: Option<f64>,
+    /// Batching (minilm): `throughput_per_s` over the forward scenario's (pre-tokenized)
+    /// throughput at batch `batch`, when measured: how close the queue, tokenization
+    /// included, comes to the model's forward alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_fraction: Option<f64>,
     /// Overhead: what was timed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,

@@ -330,3 +330,84 @@ fn sgemm(n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use streampool::Device;
+    use streampool_batch::{BatchConfig, BatchContext, BatchModel, BatchQueue};
+    use streampool_nn::{find_tiny_bert, ComputeDType};
+
+    use super::super::workloads::{EncoderChoice, EncoderWorkload, Workload};
+    use super::*;
+
+    fn tiny(seq: usize, pipelined: bool) -> Arc<EncoderWorkload> {
+        let dev = Device::cpu();
+        let choice = EncoderChoice {
+            dir: find_tiny_bert().unwrap(),
+            label: "tiny-bert".into(),
+        };
+        let emb = EncoderWorkload::load(&dev, &choice, ComputeDType::F32, 4).unwrap();
+        Arc::new(EncoderWorkload::with_seq(emb, seq, pipelined).unwrap())
+    }
+
+    fn window() -> Window {
+        Window {
+            warm: Duration::from_millis(20),
+            measure: Duration::from_millis(60),
+        }
+    }
+
+    #[test]
+    fn forward_scenario_records_a_pre_tokenized_point_with_its_dtype() {
+        let w = Workload::Encoder(tiny(32, true));
+        let rec = forward(&Device::cpu(), &w, 6, window()).unwrap();
+        assert_eq!(
+            (rec.workload.as_str(), rec.scenario.as_str(), rec.batch),
+            ("minilm32", "forward", 6)
+        );
+        assert_eq!(rec.dtype.as_deref(), Some("f32"));
+        assert_eq!(rec.series(), "minilm32 f32");
+        assert!(rec.calls > 0 && rec.throughput_per_s > 0.0);
+        assert!(rec.tokenize_ms.is_some_and(|t| t > 0.0));
+        let json = serde_json::to_value(&rec).unwrap();
+        assert_eq!(json["scenario"], "forward");
+        assert_eq!(json["dtype"], "f32");
+        // The MLP has no tokenization to leave out.
+        let mlp = Workload::Mlp(Arc::new(
+            super::super::workloads::MlpWorkload::new(&Device::cpu()).unwrap(),
+        ));
+        assert!(forward(&Device::cpu(), &mlp, 4, window()).is_err());
+    }
+
+    /// The preparing stage's path (tokenize, then forward the tokens) gives exactly the
+    /// embeddings of the one-step path, and so does a whole queue with and without the stage.
+    #[test]
+    fn prepared_and_inline_batches_give_identical_embeddings() {
+        let (staged, inline) = (tiny(32, true), tiny(32, false));
+        let texts: Vec<String> = (0..7).map(|i| staged.text(i)).collect();
+        let ctx = BatchContext::new(None, 0);
+        let direct = inline.forward_batch(texts.clone(), &ctx).unwrap();
+        let prepared = staged.prepare_batch(texts.clone(), &ctx).unwrap();
+        let two_step = staged.forward_prepared(prepared, &ctx).unwrap();
+        assert_eq!(direct, two_step);
+        for (model, name) in [(staged, "prepare stage"), (inline, "inline")] {
+            let queue = BatchQueue::new(model, BatchConfig::default()).unwrap();
+            let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+                let hs: Vec<_> = texts
+                    .iter()
+                    .map(|t| {
+                        let q = &queue;
+                        s.spawn(move || q.infer(t.clone()).unwrap())
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(
+                got, direct,
+                "{name}: embeddings differ from the direct batch"
+            );
+        }
+    }
+}
