@@ -20,7 +20,9 @@
 //! Guarantees: every accepted request is answered exactly once, with its own output or an
 //! error; a full queue rejects at once; a request past its deadline is never run; a batch
 //! whose model call errors or panics answers all its requests with [`BatchError::Model`]
-//! and the queue keeps serving. The hand-off (bounded queue + one-shot answer slot) is built
+//! and the queue keeps serving. A model with a host preparation step (tokenization:
+//! [`BatchModel::prepares`]) gets two threads per worker, one preparing batch N+1 while the
+//! other runs batch N, with the same guarantees. The hand-off (bounded queue + one-shot answer slot) is built
 //! on `streampool::sync`, so a loom model checks it over every interleaving
 //! (`RUSTFLAGS="--cfg loom" cargo test --release -p streampool-batch --lib loom`).
 //!
