@@ -177,7 +177,10 @@ def main():
         d = args[0] if args else "bench/results/latest"
         ours_path, torch_path = os.path.join(d, "streampool.json"), os.path.join(d, "pytorch.json")
     ours, theirs = load(ours_path), load(torch_path)
-    R, T = ours["results"], theirs["results"]
+    # The issue-5 tables and targets compare end to end in fp32 on PyTorch's side; the forward
+    # points and PyTorch's other dtypes go to the dtype table at the end.
+    R = [r for r in ours["results"] if r["scenario"] != "forward"]
+    T = [r for r in theirs["results"] if r["scenario"] != "forward" and dtype_of(r) == "f32"]
     print(f"streampool ({ours['date']}) vs PyTorch {theirs.get('versions', {}).get('torch', '?')}"
           f" ({theirs['date']}), device: {ours['device']}\n")
     workloads = []
