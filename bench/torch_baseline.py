@@ -401,8 +401,10 @@ def main():
     if enc:
         versions["sentence_transformers"] = st_version
     if dtypes and seqs:
+        import sentence_transformers
         import transformers
         versions["transformers"] = transformers.__version__
+        versions["sentence_transformers"] = sentence_transformers.__version__
     report = {
         "system": "pytorch", "device": dev_name,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
