@@ -1,14 +1,43 @@
 #!/usr/bin/env python3
 """Side-by-side table of `streampool bench` and `bench/torch_baseline.py`, with ratios and
-the targets of issue 5 marked PASS/FAIL. Prints Markdown (paste it into bench/README.md).
+the targets of issue 5 marked PASS/FAIL, and (issue 10) the table dtype x length x batch of
+MiniLM: ours forward (pre-tokenized), ours end to end, PyTorch forward, sentence-transformers
+`encode` fp16, with ratios and MFU. Prints Markdown (paste it into bench/README.md).
 
 Usage: python3 bench/compare.py [DIR]            reads DIR/streampool.json, DIR/pytorch.json
        python3 bench/compare.py OURS.json TORCH.json
+       python3 bench/compare.py --dtypes FILE...  only the dtype table, from any mix of
+                                                  streampool JSON (one per dtype or one with
+                                                  --dtypes), pytorch.json, and the older
+                                                  torch_dtypes.json
 Standard library only.
 """
 import json
 import os
 import sys
+
+# MiniLM (all-MiniLM-L6-v2) shape, for the FLOP count (bench/README.md, "FLOPs and MFU").
+LAYERS, HIDDEN, INTERMEDIATE = 6, 384, 1536
+# NVIDIA H100 SXM5 dense peaks (datasheet, without sparsity), FLOP/s.
+PEAK = {"f16": 989.4e12, "bf16": 989.4e12, "tf32": 494.7e12, "f32": 66.9e12}
+DTYPES = ["f32", "tf32", "f16", "bf16"]
+# Older files spell dtypes as PyTorch does.
+DTYPE_NAMES = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "tf32": "tf32", "f32": "f32", "f16": "f16"}
+
+
+def flops_per_sentence(seq):
+    """Matmul FLOPs of one MiniLM forward over `seq` tokens (2 per multiply-add): per layer
+    and token, QKV 3*2*H*H, output projection 2*H*H, FFN 2*2*H*I, attention scores Q.K^T
+    2*seq*H and weighted sum P.V 2*seq*H. Embeddings, LayerNorm, softmax, GELU, biases and
+    pooling are O(seq*H) and left out."""
+    per_token = 8 * HIDDEN * HIDDEN + 4 * HIDDEN * INTERMEDIATE + 4 * seq * HIDDEN
+    return LAYERS * seq * per_token
+
+
+def mfu(rate, seq, dtype):
+    if rate is None or dtype not in PEAK:
+        return None
+    return rate * flops_per_sentence(seq) / PEAK[dtype]
 
 
 def load(path):
@@ -41,15 +70,117 @@ def lat(r):
     return f"{l['p50']:.3f} / {l['p99']:.3f}"
 
 
+def dtype_of(r):
+    """A record's compute dtype: its `dtype` field, else the last word of its `model` label
+    (`all-MiniLM-L6-v2 f16`; files from before the dtype field), else f32 for PyTorch's
+    fp32 baseline records."""
+    if r.get("dtype"):
+        return DTYPE_NAMES.get(r["dtype"], r["dtype"])
+    word = (r.get("model") or "").split(" ")[-1]
+    if word in DTYPE_NAMES:
+        return DTYPE_NAMES[word]
+    return "f32" if r.get("system") == "pytorch" else None
+
+
+def dtype_points(files):
+    """{(kind, dtype, seq, batch): sentences/s} from any mix of the JSON files; kind is
+    ours_fwd, ours_e2e, torch_fwd or st_encode. Later files win on a repeated point."""
+    pts = {}
+    for f in files:
+        if "rows" in f:  # torch_dtypes.json (2026-11-23): its own flat rows
+            for r in f["rows"]:
+                kind = "torch_fwd" if r["what"] == "forward" else "st_encode"
+                pts[(kind, DTYPE_NAMES.get(r["dtype"], r["dtype"]), r["seq"], r["batch"])] = r["sentences_per_s"]
+            continue
+        for r in f.get("results", []):
+            w = r.get("workload", "")
+            if not w.startswith("minilm"):
+                continue
+            try:
+                seq = int(w[len("minilm"):])
+            except ValueError:
+                continue
+            ours = r.get("system", f.get("system")) == "streampool"
+            kind = {("forward", True): "ours_fwd", ("ceiling", True): "ours_e2e",
+                    ("forward", False): "torch_fwd", ("ceiling", False): "st_encode"}.get((r["scenario"], ours))
+            d = dtype_of(r)
+            if kind and d:
+                pts[(kind, d, seq, r["batch"])] = r["throughput_per_s"]
+    return pts
+
+
+def pct(v):
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def dtype_table(files, batches=(64, 512)):
+    """Prints the dtype x length x batch table and returns the #10 target checks."""
+    pts = dtype_points(files)
+    if not any(k[0] in ("ours_fwd", "torch_fwd") for k in pts):
+        return []
+    seqs = sorted({k[2] for k in pts})
+    print("### MiniLM per dtype: sentences/s, ratios and MFU (H100 SXM dense peak)\n")
+    print("ours fwd: `streampool bench --scenarios forward` (pre-tokenized: upload ids + forward + "
+          "pool + normalize + read-back); ours e2e: `ceiling` (tokenization included); PyTorch fwd: "
+          "HF forward with SDPA (+ pool + normalize); ST fp16: sentence-transformers `encode` in "
+          "fp16, end to end (the same figure in every dtype row). MFU: matmul FLOPs "
+          "(bench/README.md) / time / peak of the row's dtype.\n")
+    print("| dtype | tokens | batch | ours fwd | ours e2e | PyTorch fwd | ST fp16 e2e | "
+          "fwd / PyTorch | e2e / ST fp16 | MFU ours fwd | MFU PyTorch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    checks = []
+    for d in DTYPES:
+        for seq in seqs:
+            for b in sorted({k[3] for k in pts if k[2] == seq} | set(batches)):
+                get = lambda kind, dt=d: pts.get((kind, dt, seq, b))
+                of, oe, tf, st = get("ours_fwd"), get("ours_e2e"), get("torch_fwd"), get("st_encode", "f16")
+                if of is None and oe is None and tf is None:
+                    continue
+                print(f"| {d} | {seq} | {b} | {rate(of)} | {rate(oe)} | {rate(tf)} | {rate(st)} | "
+                      f"{ratio(of, tf)} | {ratio(oe, st)} | {pct(mfu(of, seq, d))} | {pct(mfu(tf, seq, d))} |")
+                if d == "f16" and of is not None and tf:
+                    need = 1.5 if b == 512 else (3.0 if b == 64 else None)
+                    if need:
+                        checks.append((f"MiniLM f16 forward, {seq} tokens, batch {b}: >= {need:g}x PyTorch "
+                                       f"fp16 ({rate(of)} vs {rate(tf)})", of / tf, need))
+                if b == 512 and oe is not None and st and d in ("f16", "bf16"):
+                    checks.append((f"MiniLM {d} end to end, {seq} tokens, batch 512: >= 3x "
+                                   f"sentence-transformers fp16 encode ({rate(oe)} vs {rate(st)})", oe / st, 3.0))
+    print()
+    missing = [(k, d, s_, b) for d in DTYPES for s_ in seqs for b in batches for k in ("ours_fwd", "torch_fwd")
+               if (k, d, s_, b) not in pts]
+    if missing:
+        print("Missing points (not measured or failed): " +
+              ", ".join(f"{k} {d} {s_}x{b}" for k, d, s_, b in missing) + "\n")
+    return checks
+
+
+def print_checks(checks):
+    print("### Targets\n")
+    print("| target | value | needed | result |")
+    print("|---|---:|---:|---|")
+    for name, v, need in checks:
+        print(f"| {name} | {v:.2f} | {need:g} | {'PASS' if v >= need else 'FAIL'} |")
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--dtypes":
+        files = [load(p) for p in args[1:]]
+        checks = dtype_table(files)
+        if checks:
+            print_checks(checks)
+        return
     if len(args) == 2:
         ours_path, torch_path = args
     else:
         d = args[0] if args else "bench/results/latest"
         ours_path, torch_path = os.path.join(d, "streampool.json"), os.path.join(d, "pytorch.json")
     ours, theirs = load(ours_path), load(torch_path)
-    R, T = ours["results"], theirs["results"]
+    # The issue-5 tables and targets compare end to end in fp32 on PyTorch's side; the forward
+    # points and PyTorch's other dtypes go to the dtype table at the end.
+    R = [r for r in ours["results"] if r["scenario"] != "forward"]
+    T = [r for r in theirs["results"] if r["scenario"] != "forward" and dtype_of(r) == "f32"]
     print(f"streampool ({ours['date']}) vs PyTorch {theirs.get('versions', {}).get('torch', '?')}"
           f" ({theirs['date']}), device: {ours['device']}\n")
     workloads = []
@@ -164,11 +295,8 @@ def main():
                   f"{'-' if r.get('ratio') is None else format(r['ratio'], '.3f') + 'x'} |")
         print()
 
-    print("### Targets\n")
-    print("| target | value | needed | result |")
-    print("|---|---:|---:|---|")
-    for name, v, need in checks:
-        print(f"| {name} | {v:.2f} | {need:g} | {'PASS' if v >= need else 'FAIL'} |")
+    checks += dtype_table([ours, theirs])
+    print_checks(checks)
     print("\n(p99 rows: value = bound / p99, so >= 1 passes.)")
 
 

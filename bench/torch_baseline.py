@@ -17,12 +17,24 @@ Workloads and scenarios (system="pytorch"):
              A call that raises (the fast tokenizer is not thread-safe: "Already borrowed")
              is counted in `errors` and not in the throughput.
 
+Per compute dtype (issue 10; --dtypes, default on cuda f32,tf32,f16,bf16; "dtype" on every
+record), for the minilm workloads:
+  forward    the Hugging Face BertModel (attn_implementation="sdpa", weights cast to the dtype,
+             TF32 matmuls on for tf32 only) on a batch tokenized once outside the loop; each
+             call uploads the ids and mask (pinned, non-blocking), runs the forward, mean-pools,
+             L2-normalizes and reads the embeddings back (`.cpu()`): the counting of
+             `streampool bench --scenarios forward`. Batches --forward-batches (64,512).
+  ceiling with dtype f16: sentence-transformers `encode` in fp16 end to end (tokenization
+             included) at the same batches: what a user who wants speed runs.
+--dtype-only runs just these (no MLP, no fp32 sentence-transformers sweep).
+
 Every point: warm-up, then a fixed window; throughput in rows (MLP rows or sentences) per
 second, latency per call in ms (p50/p90/p99, nearest rank).
 
 Usage (on the GPU machine, after ours, in the same call):
   python3 bench/torch_baseline.py --device cuda --minilm .dev/minilm-fp16 --out $OUT
-  (CPU smoke test: --device cpu --quick)
+  python3 bench/torch_baseline.py --device cuda --minilm .dev/minilm-fp16 --dtype-only --out $OUT
+  (CPU smoke test: --device cpu --quick; --dry-run prints the plan without importing torch)
 """
 import argparse
 import datetime
@@ -33,7 +45,12 @@ import sys
 import threading
 import time
 
-import torch
+if "--dry-run" not in sys.argv:
+    import torch
+
+# --dtypes names (ours) -> (torch dtype name, TF32 matmuls on).
+DTYPES = {"f32": ("float32", False), "tf32": ("float32", True), "f16": ("float16", False),
+          "bf16": ("bfloat16", False)}
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "in", "park", "with",
          "big", "red", "ball", "today"]
@@ -167,6 +184,66 @@ def mlp_graph_threading(dev, dev_name, params, host, threads, warm, seconds, log
                    errors=err or None, note="CUDA graph per thread, pinned non_blocking copies"))
 
 
+def set_tf32(on):
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    torch.set_float32_matmul_precision("high" if on else "highest")
+
+
+def dtype_points(a, dev, dev_name, gpu, dtypes, seqs, batches, warm, seconds, log):
+    """The HF forward per dtype x length x batch, then sentence-transformers `encode` in fp16
+    end to end at the same lengths and batches (see the module doc)."""
+    from transformers import AutoModel, AutoTokenizer
+    from sentence_transformers import SentenceTransformer
+
+    tok = AutoTokenizer.from_pretrained(a.minilm)
+    sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
+    for name in dtypes:
+        tdtype, tf32 = DTYPES[name]
+        set_tf32(tf32)
+        model = AutoModel.from_pretrained(a.minilm, dtype=getattr(torch, tdtype),
+                                          attn_implementation="sdpa").to(dev).eval()
+        for seq in seqs:
+            for b in batches:
+                texts = [sentence(i, seq) for i in range(b)]
+                enc = tok(texts, padding=True, truncation=True, max_length=seq, return_tensors="pt")
+                assert enc["input_ids"].shape[1] == seq, "synthetic sentences must be exactly seq tokens"
+                ids, mask = enc["input_ids"], enc["attention_mask"]
+                if gpu:
+                    ids, mask = ids.pin_memory(), mask.pin_memory()
+
+                def call(_i, ids=ids, mask=mask):
+                    with torch.inference_mode():
+                        i = ids.to(dev, non_blocking=True)
+                        m = mask.to(dev, non_blocking=True)
+                        out = model(input_ids=i, attention_mask=m).last_hidden_state
+                        w = m.unsqueeze(-1).to(out.dtype)
+                        pooled = (out * w).sum(1) / w.sum(1).clamp(min=1e-9)
+                        return torch.nn.functional.normalize(pooled.float(), dim=-1).cpu()
+
+                n, secs, lat, err = closed_loop(1, warm, seconds, lambda t: call)
+                log(record(dev_name, f"minilm{seq}", "forward", b, n, secs, lat, threads=1, dtype=name,
+                           tokens=seq, model="all-MiniLM-L6-v2 (transformers, sdpa)", errors=err or None))
+        del model
+        sync()
+        if gpu:
+            torch.cuda.empty_cache()
+    set_tf32(False)
+    st = SentenceTransformer(a.minilm, device=str(dev), model_kwargs={"dtype": torch.float16})
+    st.eval()
+    for seq in seqs:
+        sents = [sentence(i, seq) for i in range(INPUT_POOL)]
+        for b in batches:
+            def encode(i, b=b, sents=sents):
+                batch = [sents[(i * b + r) % INPUT_POOL] for r in range(b)]
+                return st.encode(batch, batch_size=b, convert_to_numpy=True, show_progress_bar=False)
+
+            n, secs, lat, err = closed_loop(1, warm, seconds, lambda t, encode=encode: encode)
+            log(record(dev_name, f"minilm{seq}", "ceiling", b, n, secs, lat, threads=1, dtype="f16",
+                       model="all-MiniLM-L6-v2 (sentence-transformers fp16)", errors=err or None))
+    del st
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
@@ -178,11 +255,40 @@ def main():
     p.add_argument("--minilm", default=None, help="sentence-transformers model folder")
     p.add_argument("--out", default="bench/results/latest")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--dtypes", default=None,
+                   help="compute dtypes of the forward scenario (f32,tf32,f16,bf16); default: all on cuda, none on cpu")
+    p.add_argument("--forward-batches", default="64,512")
+    p.add_argument("--dtype-only", action="store_true",
+                   help="only the per-dtype forward and the fp16 sentence-transformers encode")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no torch needed)")
     p.add_argument("--mlp-graph", action="store_true",
                    help="also run the MLP threading scenario with a CUDA graph per thread (cuda)")
     a = p.parse_args()
 
     gpu = a.device.startswith("cuda")
+    workloads = [w for w in a.workloads.split(",") if w]
+    dtypes = [d for d in (a.dtypes if a.dtypes is not None else ("f32,tf32,f16,bf16" if gpu else "")).split(",") if d]
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        sys.exit(f"unknown dtypes {unknown}: expected {','.join(DTYPES)}")
+    seqs = [int(w[len("minilm"):]) for w in workloads if w.startswith("minilm")]
+    forward_batches = [int(x) for x in a.forward_batches.split(",")]
+    if dtypes and seqs and not a.minilm and not a.dry_run:
+        sys.exit("--minilm DIR is needed for the minilm workloads")
+    if a.dry_run:
+        if not a.dtype_only:
+            print(f"workloads {workloads} (threading, ceiling) as before")
+        for d in dtypes:
+            for s_ in seqs:
+                for b in forward_batches:
+                    print(f"forward {d} minilm{s_} batch {b}")
+        if dtypes:
+            for s_ in seqs:
+                for b in forward_batches:
+                    print(f"sentence-transformers encode f16 minilm{s_} batch {b}")
+        return
+    if a.dtype_only:
+        workloads = []
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
@@ -194,7 +300,6 @@ def main():
     st_batches = pick(a.st_batches, "1,32,64,128,256,512", "1,8" if a.quick else "1,8,32")
     seconds = a.seconds or ((0.5 if a.quick else 1.5) if gpu else (0.2 if a.quick else 0.5))
     warm = max(0.2 * seconds, 0.15)
-    workloads = a.workloads.split(",")
     results = []
     sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
 
@@ -273,7 +378,7 @@ def main():
 
             for b in st_batches:
                 n, secs, lat, err = closed_loop(1, warm, seconds, lambda t, b=b: (lambda i: encode(b, i * b)))
-                log(record(dev_name, w, "ceiling", b, n, secs, lat, threads=1,
+                log(record(dev_name, w, "ceiling", b, n, secs, lat, threads=1, dtype="f32",
                            model="all-MiniLM-L6-v2 (sentence-transformers)", errors=err or None))
             for t in threads:
                 def make(th):
@@ -286,12 +391,20 @@ def main():
                             return encode(1, th * THREAD_STRIDE + i)
                     return call
                 n, secs, lat, err = closed_loop(t, warm, seconds, make)
-                log(record(dev_name, w, "threading", 1, n, secs, lat, threads=t,
+                log(record(dev_name, w, "threading", 1, n, secs, lat, threads=t, dtype="f32",
                            model="all-MiniLM-L6-v2 (sentence-transformers)", errors=err or None))
+
+    if dtypes and seqs:
+        dtype_points(a, dev, dev_name, gpu, dtypes, seqs, forward_batches, warm, seconds, log)
 
     versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
     if enc:
         versions["sentence_transformers"] = st_version
+    if dtypes and seqs:
+        import sentence_transformers
+        import transformers
+        versions["transformers"] = transformers.__version__
+        versions["sentence_transformers"] = sentence_transformers.__version__
     report = {
         "system": "pytorch", "device": dev_name,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

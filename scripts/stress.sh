@@ -37,6 +37,7 @@ suites=(
     streampool:allocator
     streampool:lazy_events
     streampool-batch:batch_queue
+    streampool-batch:pipeline
     streampool-serve:server
     streampool-serve:overload
 )

@@ -7,11 +7,17 @@ use parking_lot::Mutex;
 use streampool::sync::Arc;
 use streampool::{Stream, StreamGuard};
 
+use crate::handoff::Handoff;
 use crate::shared::Shared;
 use crate::{BatchConfig, BatchError, BatchModel, Handle, StatsSnapshot};
 
 /// Dynamic batching over a model: many threads (or tasks) submit single requests, worker
 /// threads run them in batches, and every caller gets its own output back.
+///
+/// A model with a host preparation step ([`BatchModel::prepares`], e.g. tokenization) gets
+/// two threads per worker instead of one, sharing the worker's stream: one forms and prepares
+/// the next batch while the other runs the current one, so the host work of batch N+1 is
+/// hidden behind the device work of batch N.
 ///
 /// Each of the `workers` threads owns one stream of the model's device (see
 /// [`BatchModel::device`]) and makes it current for its whole life, so while one worker's
@@ -66,7 +72,12 @@ impl<M: BatchModel> BatchQueue<M> {
             shared,
             workers: Mutex::new(Vec::new()),
         };
+        let pipelined = queue.shared.model.prepares();
         for (i, stream) in streams.into_iter().enumerate() {
+            if pipelined {
+                queue.spawn_pipelined(i, stream)?;
+                continue;
+            }
             let shared = queue.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("streampool-batch-{i}"))
@@ -76,13 +87,49 @@ impl<M: BatchModel> BatchQueue<M> {
                     let _guard = stream.as_ref().map(StreamGuard::new);
                     shared.serve(i);
                 });
-            match spawned {
-                Ok(handle) => queue.workers.lock().push(handle),
-                // Dropping `queue` shuts down and joins the workers already started.
-                Err(e) => return Err(BatchError::Spawn(e.to_string())),
-            }
+            queue.keep(spawned)?;
         }
         Ok(queue)
+    }
+
+    /// Starts worker `i` as two threads joined by a one-batch hand-off (see
+    /// [`BatchModel::prepares`]): the preparing stage forms and prepares batch N+1 while the
+    /// running stage runs batch N. Both have the worker's stream current.
+    fn spawn_pipelined(&self, i: usize, stream: Option<Stream>) -> Result<(), BatchError> {
+        let handoff = Arc::new(Handoff::new());
+        let (shared, ready, run_stream) = (self.shared.clone(), handoff.clone(), stream.clone());
+        let running = std::thread::Builder::new()
+            .name(format!("streampool-batch-{i}"))
+            .spawn(move || {
+                let _guard = run_stream.as_ref().map(StreamGuard::new);
+                shared.serve_running(&ready);
+            });
+        self.keep(running)?;
+        let (shared, prep) = (self.shared.clone(), handoff.clone());
+        let preparing = std::thread::Builder::new()
+            .name(format!("streampool-prep-{i}"))
+            .spawn(move || {
+                let _guard = stream.as_ref().map(StreamGuard::new);
+                shared.serve_preparing(i, &prep);
+            });
+        if preparing.is_err() {
+            // Without its preparer the runner would wait for batches for ever: finish the
+            // hand-off as a drained preparer does, so the runner ends.
+            handoff.finish();
+        }
+        self.keep(preparing)
+    }
+
+    /// Keeps a spawned worker thread's handle for joining at shutdown.
+    fn keep(&self, spawned: std::io::Result<JoinHandle<()>>) -> Result<(), BatchError> {
+        match spawned {
+            Ok(handle) => {
+                self.workers.lock().push(handle);
+                Ok(())
+            }
+            // Dropping the queue shuts down and joins the workers already started.
+            Err(e) => Err(BatchError::Spawn(e.to_string())),
+        }
     }
 
     /// Runs `input` in some batch and blocks until its output is back.

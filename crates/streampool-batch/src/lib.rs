@@ -10,6 +10,7 @@
 //! | [`BatchQueue`]     | the queue and its workers: `infer`, `submit`, `infer_async`, `stats`  |
 //! | [`BatchConfig`]    | batch size, wait window, queue bound, workers, length buckets         |
 //! | [`BatchModel`]     | what a model implements: `forward_batch` (+ optional lengths, checks) |
+//! | [`Prepared`]       | a batch after the model's optional host step (`prepare_batch`)        |
 //! | [`RowModel`]       | a ready `BatchModel` for `[batch, features] -> [batch, out]` tensors  |
 //! | [`Replicas`]       | one queue per replica (device), each request to the least loaded     |
 //! | [`Handle`]         | one submitted request: `wait`, `wait_timeout`, or `.await`            |
@@ -19,7 +20,9 @@
 //! Guarantees: every accepted request is answered exactly once, with its own output or an
 //! error; a full queue rejects at once; a request past its deadline is never run; a batch
 //! whose model call errors or panics answers all its requests with [`BatchError::Model`]
-//! and the queue keeps serving. The hand-off (bounded queue + one-shot answer slot) is built
+//! and the queue keeps serving. A model with a host preparation step (tokenization:
+//! [`BatchModel::prepares`]) gets two threads per worker, one preparing batch N+1 while the
+//! other runs batch N, with the same guarantees. The hand-off (bounded queue + one-shot answer slot) is built
 //! on `streampool::sync`, so a loom model checks it over every interleaving
 //! (`RUSTFLAGS="--cfg loom" cargo test --release -p streampool-batch --lib loom`).
 //!
@@ -40,6 +43,7 @@
 mod batch_queue;
 mod config;
 mod error;
+mod handoff;
 mod model;
 mod queue;
 mod replicas;
@@ -54,7 +58,7 @@ mod loom_tests;
 pub use batch_queue::BatchQueue;
 pub use config::BatchConfig;
 pub use error::{BatchError, ModelError};
-pub use model::{BatchContext, BatchModel};
+pub use model::{BatchContext, BatchModel, Prepared};
 pub use replicas::{ReplicaStats, Replicas};
 pub use row_model::RowModel;
 pub use slot::Handle;

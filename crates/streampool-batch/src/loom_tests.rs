@@ -2,7 +2,9 @@
 //! [`Shared::serve`] (bounded queue + batch forming) and one-shot answer slot, driven by
 //! loom threads over every interleaving (bounded preemptions). Each model checks that every
 //! submitted request gets exactly one answer, that it is its own, and that the model ran
-//! exactly the requests answered with an output.
+//! exactly the requests answered with an output. The `loom_pipelined_*` models do the same
+//! for a worker split into its preparing and running stages ([`Shared::serve_preparing`],
+//! [`Shared::serve_running`]) around the real [`Handoff`].
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p streampool-batch --lib loom`.
 //! A timed wait under loom releases its lock, lets other threads run, and then times out (see
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use loom::thread;
 use streampool::sync::Arc;
 
+use crate::handoff::Handoff;
 use crate::shared::Shared;
 use crate::{BatchConfig, BatchContext, BatchError, BatchModel, ModelError};
 
@@ -219,5 +222,116 @@ fn loom_async_wait() {
         assert_eq!(caller.join().unwrap(), Ok(21));
         s.close(true);
         workers.into_iter().for_each(|w| w.join().unwrap());
+    });
+}
+
+/// [`Tagger`] with a preparation step (the trait's default `prepare_batch` and
+/// `forward_prepared`), so workers run as a preparing and a running stage.
+#[derive(Default)]
+struct Staged(Tagger);
+
+impl BatchModel for Staged {
+    type Input = u32;
+    type Output = u32;
+    fn forward_batch(&self, xs: Vec<u32>, ctx: &BatchContext) -> Result<Vec<u32>, ModelError> {
+        self.0.forward_batch(xs, ctx)
+    }
+    fn prepares(&self) -> bool {
+        true
+    }
+}
+
+/// One pipelined worker (its two stages as loom threads, joined by the real hand-off).
+fn spawn_pipelined(s: &Arc<Shared<Staged>>) -> Vec<thread::JoinHandle<()>> {
+    let handoff = Arc::new(Handoff::new());
+    let (sp, hp) = (s.clone(), handoff.clone());
+    let (sr, hr) = (s.clone(), handoff);
+    vec![
+        thread::spawn(move || sp.serve_preparing(0, &hp)),
+        thread::spawn(move || sr.serve_running(&hr)),
+    ]
+}
+
+fn staged(config: BatchConfig) -> (Arc<Shared<Staged>>, Arc<Staged>) {
+    let model = Arc::new(Staged::default());
+    (Arc::new(Shared::new(model.clone(), config).unwrap()), model)
+}
+
+/// Two requests through a pipelined worker batching one at a time, so one batch can be
+/// prepared while the other runs, and a graceful shutdown right after submitting: each gets
+/// its own answer once, the model ran each request once, and every cost was settled. (Fails
+/// if the runner stops at the hand-off's close with a batch still in it.) (The caller is the main thread: with two stages and a
+/// second caller thread the model did not finish in minutes.)
+#[test]
+fn loom_pipelined_worker() {
+    builder().check(|| {
+        let (s, model) = staged(config(1, 4, 1));
+        let stages = spawn_pipelined(&s);
+        let first = s.submit(0, None).unwrap();
+        let second = s.submit(1, None).unwrap();
+        // A graceful shutdown at once: the preparer may finish the hand-off while the last
+        // batch still waits in it, and that batch must still run.
+        s.close(true);
+        assert_eq!(first.wait(), Ok(1));
+        assert_eq!(second.wait(), Ok(11));
+        stages.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(ran_sorted(&model.0), vec![0, 1]);
+        let stats = s.stats.snapshot(0);
+        assert_eq!(stats.completed, 2);
+        assert_eq!(stats.prepared_batches, stats.batches);
+        assert_eq!(s.outstanding(), 0);
+    });
+}
+
+/// Shutdown without draining races a request through the pipeline: one outcome, an output
+/// only if the model ran it.
+#[test]
+fn loom_pipelined_shutdown_now() {
+    builder().check(|| {
+        let (s, model) = staged(config(1, 4, 1));
+        let stages = spawn_pipelined(&s);
+        let caller = {
+            let s = s.clone();
+            thread::spawn(move || s.submit(5, None).and_then(|h| h.wait()))
+        };
+        s.close(false);
+        let answer = caller.join().unwrap();
+        stages.into_iter().for_each(|t| t.join().unwrap());
+        match answer {
+            Ok(v) => {
+                assert_eq!(v, 51);
+                assert_eq!(ran_sorted(&model.0), vec![5]);
+            }
+            Err(e) => {
+                assert_eq!(e, BatchError::ShutDown);
+                assert!(ran_sorted(&model.0).is_empty());
+            }
+        }
+        assert_eq!(s.outstanding(), 0);
+    });
+}
+
+/// The running stage is gone (its hand-off closed) while the preparing stage works: the
+/// request is still answered exactly once (`ShutDown`, from the dropped prepared batch or
+/// from the queue's close), never run, and settled.
+#[test]
+fn loom_pipelined_runner_gone() {
+    builder().check(|| {
+        let (s, model) = staged(config(1, 4, 1));
+        let handoff = Arc::new(Handoff::new());
+        let preparer = {
+            let (s, h) = (s.clone(), handoff.clone());
+            thread::spawn(move || s.serve_preparing(0, &h))
+        };
+        let handle = s.submit(3, None).unwrap();
+        if let Some(left) = handoff.close() {
+            // What the running stage's drop guard does with a batch left in the slot.
+            s.drop_ready(left);
+        }
+        preparer.join().unwrap();
+        s.close(false);
+        assert_eq!(handle.wait(), Err(BatchError::ShutDown));
+        assert!(ran_sorted(&model.0).is_empty());
+        assert_eq!(s.outstanding(), 0);
     });
 }

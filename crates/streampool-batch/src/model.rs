@@ -1,5 +1,7 @@
 //! What a batch queue needs from a model.
 
+use std::any::Any;
+
 use streampool::Device;
 
 use crate::ModelError;
@@ -14,6 +16,20 @@ pub struct BatchContext {
     pub padded_len: Option<usize>,
     /// Which worker runs the batch (`0..workers`).
     pub worker: usize,
+}
+
+impl BatchContext {
+    /// A context as a queue passes it, for calling a model's batch methods directly (tests,
+    /// benchmarks).
+    ///
+    /// ```
+    /// use streampool_batch::BatchContext;
+    /// let ctx = BatchContext::new(Some(32), 0);
+    /// assert_eq!((ctx.padded_len, ctx.worker), (Some(32), 0));
+    /// ```
+    pub fn new(padded_len: Option<usize>, worker: usize) -> Self {
+        Self { padded_len, worker }
+    }
 }
 
 /// A model the queue can batch: it maps a batch of inputs to one output per input, in order.
@@ -81,6 +97,79 @@ pub trait BatchModel: Send + Sync + 'static {
     fn device(&self) -> Option<Device> {
         None
     }
+
+    /// Whether the model has a host-side preparation step ([`BatchModel::prepare_batch`])
+    /// worth overlapping with the device. When `true`, each worker of a
+    /// [`BatchQueue`](crate::BatchQueue) is a two-stage pipeline: a preparing thread forms
+    /// batch N+1 and runs `prepare_batch` on it while the worker's running thread runs batch
+    /// N through [`BatchModel::forward_prepared`]. Default: `false` (one thread per worker
+    /// calls [`BatchModel::forward_batch`], as a model without the step always did).
+    fn prepares(&self) -> bool {
+        false
+    }
+
+    /// Host work on a batch before it runs (e.g. tokenizing texts), on the worker's
+    /// preparing thread, which has the worker's stream current as well. Only called when
+    /// [`BatchModel::prepares`] is `true`; an error (or panic) answers every request of the
+    /// batch with [`BatchError::Model`](crate::BatchError::Model). The default wraps the
+    /// inputs unchanged, which the default [`BatchModel::forward_prepared`] unwraps: a model
+    /// that overrides one overrides both.
+    fn prepare_batch(
+        &self,
+        inputs: Vec<Self::Input>,
+        _ctx: &BatchContext,
+    ) -> Result<Prepared, ModelError> {
+        Ok(Prepared::new(inputs))
+    }
+
+    /// Runs a batch made by [`BatchModel::prepare_batch`] on the worker's running thread; the
+    /// same contract as [`BatchModel::forward_batch`] (one output per input, in order). The
+    /// default passes the inputs wrapped by the default `prepare_batch` to `forward_batch`.
+    fn forward_prepared(
+        &self,
+        prepared: Prepared,
+        ctx: &BatchContext,
+    ) -> Result<Vec<Self::Output>, ModelError> {
+        let inputs = prepared.downcast::<Vec<Self::Input>>()?;
+        self.forward_batch(inputs, ctx)
+    }
+}
+
+/// A batch after [`BatchModel::prepare_batch`]: whatever the model made of its inputs on the
+/// host (token ids, a padded matrix, ...), handed to [`BatchModel::forward_prepared`].
+/// Type-erased so that a model without a preparation step names no extra type.
+///
+/// ```
+/// use streampool_batch::Prepared;
+/// let p = Prepared::new(vec![1u32, 2]);
+/// assert_eq!(p.downcast::<Vec<u32>>().unwrap(), vec![1, 2]);
+/// assert!(Prepared::new(1u8).downcast::<String>().is_err());
+/// ```
+pub struct Prepared(Box<dyn Any + Send>);
+
+impl Prepared {
+    /// Wraps a prepared batch.
+    pub fn new<T: Send + 'static>(batch: T) -> Self {
+        Self(Box::new(batch))
+    }
+
+    /// The prepared batch, if it is a `T`; an error naming `T` otherwise (a model whose
+    /// `prepare_batch` and `forward_prepared` disagree on the type).
+    pub fn downcast<T: 'static>(self) -> Result<T, ModelError> {
+        self.0.downcast::<T>().map(|b| *b).map_err(|_| {
+            format!(
+                "prepared batch is not a {}: prepare_batch and forward_prepared disagree",
+                std::any::type_name::<T>()
+            )
+            .into()
+        })
+    }
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Prepared(..)")
+    }
 }
 
 /// A shared model is a model: lets callers keep an `Arc` to the model a queue runs.
@@ -110,5 +199,25 @@ impl<M: BatchModel> BatchModel for std::sync::Arc<M> {
 
     fn device(&self) -> Option<Device> {
         (**self).device()
+    }
+
+    fn prepares(&self) -> bool {
+        (**self).prepares()
+    }
+
+    fn prepare_batch(
+        &self,
+        inputs: Vec<Self::Input>,
+        ctx: &BatchContext,
+    ) -> Result<Prepared, ModelError> {
+        (**self).prepare_batch(inputs, ctx)
+    }
+
+    fn forward_prepared(
+        &self,
+        prepared: Prepared,
+        ctx: &BatchContext,
+    ) -> Result<Vec<Self::Output>, ModelError> {
+        (**self).forward_prepared(prepared, ctx)
     }
 }

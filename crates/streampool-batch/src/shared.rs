@@ -1,6 +1,7 @@
 //! The state every caller and worker of one queue shares, and the two halves of the
 //! hand-off: [`Shared::submit`] (caller) and [`Shared::serve`] / [`Shared::run_batch`]
-//! (worker). [`BatchQueue`](crate::BatchQueue) adds the threads and streams around it; the
+//! (worker), or, for a model with a preparation step, [`Shared::serve_preparing`] and
+//! [`Shared::serve_running`] (a worker's two stages, joined by a [`Handoff`]). [`BatchQueue`](crate::BatchQueue) adds the threads and streams around it; the
 //! loom model drives this same code with loom threads.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,10 +12,11 @@ use std::time::Instant;
 
 use streampool::sync::Arc;
 
+use crate::handoff::Handoff;
 use crate::queue::{PushError, RequestQueue};
 use crate::slot::{slot, Claim, Handle, Responder};
 use crate::stats::{Outcome, Stats};
-use crate::{BatchConfig, BatchContext, BatchError, BatchModel};
+use crate::{BatchConfig, BatchContext, BatchError, BatchModel, Prepared};
 
 /// One queued request.
 pub(crate) struct Request<M: BatchModel> {
@@ -26,6 +28,22 @@ pub(crate) struct Request<M: BatchModel> {
     /// [`BatchModel::cost`] of the input, added to `outstanding` until the request is settled.
     cost: u64,
     responder: Responder<M::Output>,
+}
+
+/// A claimed batch: its inputs, its callers (answer slot and submit time), its total cost.
+struct Claimed<M: BatchModel> {
+    inputs: Vec<M::Input>,
+    waiting: Vec<(Responder<M::Output>, Instant)>,
+    cost: u64,
+    ctx: BatchContext,
+}
+
+/// A claimed and prepared batch, handed from a worker's preparing stage to its running stage.
+pub(crate) struct Ready<M: BatchModel> {
+    prepared: Prepared,
+    waiting: Vec<(Responder<M::Output>, Instant)>,
+    cost: u64,
+    ctx: BatchContext,
 }
 
 /// A submit the queue refused, with the input when the refusal was for fullness or
@@ -134,15 +152,130 @@ impl<M: BatchModel> Shared<M> {
 
     /// A worker's loop: takes and runs batches until the queue is closed and empty.
     pub(crate) fn serve(&self, worker: usize) {
-        let (max, wait) = (self.config.max_batch_size, self.config.max_wait);
-        while let Some(batch) = self.queue.take_batch(max, wait, |r| r.bucket.unwrap_or(0)) {
+        while let Some(batch) = self.take_batch() {
             self.run_batch(batch, worker);
         }
+    }
+
+    fn take_batch(&self) -> Option<Vec<Request<M>>> {
+        let (max, wait) = (self.config.max_batch_size, self.config.max_wait);
+        self.queue.take_batch(max, wait, |r| r.bucket.unwrap_or(0))
     }
 
     /// Answers expired and abandoned requests without running them, runs the rest as one
     /// batch, and answers each caller with its own output (or the batch's error).
     pub(crate) fn run_batch(&self, batch: Vec<Request<M>>, worker: usize) {
+        let Some(claimed) = self.claim(batch, worker) else {
+            return;
+        };
+        let Claimed {
+            inputs,
+            waiting,
+            cost,
+            ctx,
+        } = claimed;
+        let started = Instant::now();
+        self.stats.batch_started(started);
+        // A panic inside the model must not take the worker (and every later request) down:
+        // the model is only read through `&self`, and a panicking batch's inputs are gone, so
+        // nothing half-updated is observed afterwards except what the model itself guards.
+        let result = catch_unwind(AssertUnwindSafe(|| self.model.forward_batch(inputs, &ctx)));
+        let done = Instant::now();
+        self.stats.batch_finished(done);
+        self.stats.ran(done.duration_since(started));
+        self.answer(waiting, cost, flatten(result), done);
+    }
+
+    /// The preparing stage of a pipelined worker: once `handoff` is vacant, forms the next
+    /// batch, claims it, runs [`BatchModel::prepare_batch`] and puts the result in. Ends when
+    /// the queue is closed and empty (then finishes the hand-off) or the runner is gone.
+    pub(crate) fn serve_preparing(&self, worker: usize, handoff: &Handoff<Ready<M>>) {
+        while handoff.wait_vacant() {
+            let Some(batch) = self.take_batch() else {
+                break;
+            };
+            let Some(claimed) = self.claim(batch, worker) else {
+                continue;
+            };
+            let Claimed {
+                inputs,
+                waiting,
+                cost,
+                ctx,
+            } = claimed;
+            let started = Instant::now();
+            // Caught for the same reason as a panic in `forward_batch` (see `run_batch`).
+            let prepared =
+                catch_unwind(AssertUnwindSafe(|| self.model.prepare_batch(inputs, &ctx)));
+            let done = Instant::now();
+            self.stats.prepared(done.duration_since(started));
+            match flatten(prepared) {
+                Ok(prepared) => {
+                    let ready = Ready {
+                        prepared,
+                        waiting,
+                        cost,
+                        ctx,
+                    };
+                    // Refused only when the runner is gone: dropping the batch answers each
+                    // of its (claimed) requests `ShutDown` through its responder's drop.
+                    if let Err(ready) = handoff.put(ready) {
+                        self.drop_ready(ready);
+                        break;
+                    }
+                }
+                Err(msg) => self.answer(waiting, cost, Err(msg), done),
+            }
+        }
+        handoff.finish();
+    }
+
+    /// The running stage of a pipelined worker: runs each prepared batch through
+    /// [`BatchModel::forward_prepared`] and answers its callers, until the preparing stage
+    /// finishes.
+    pub(crate) fn serve_running(&self, handoff: &Handoff<Ready<M>>) {
+        // Closes the hand-off however this stage ends, so the preparer never waits on a
+        // runner that is gone; a batch left in the slot is answered `ShutDown` (dropped).
+        struct CloseOnDrop<'a, M: BatchModel>(&'a Shared<M>, &'a Handoff<Ready<M>>);
+        impl<M: BatchModel> Drop for CloseOnDrop<'_, M> {
+            fn drop(&mut self) {
+                if let Some(ready) = self.1.close() {
+                    self.0.drop_ready(ready);
+                }
+            }
+        }
+        let _close = CloseOnDrop(self, handoff);
+        while let Some(Ready {
+            prepared,
+            waiting,
+            cost,
+            ctx,
+        }) = handoff.take()
+        {
+            let started = Instant::now();
+            self.stats.batch_started(started);
+            // See `run_batch` on catching panics.
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                self.model.forward_prepared(prepared, &ctx)
+            }));
+            let done = Instant::now();
+            self.stats.batch_finished(done);
+            self.stats.ran(done.duration_since(started));
+            self.answer(waiting, cost, flatten(result), done);
+        }
+    }
+
+    /// A prepared batch that will not run (its runner is gone): settled, counted, and
+    /// answered `ShutDown` by its responders' drop.
+    pub(crate) fn drop_ready(&self, ready: Ready<M>) {
+        self.stats
+            .count(Outcome::ShutDown, ready.waiting.len() as u64);
+        self.settle(ready.cost);
+    }
+
+    /// Answers expired and abandoned requests of `batch` and claims the rest for running;
+    /// `None` when none is left.
+    fn claim(&self, batch: Vec<Request<M>>, worker: usize) -> Option<Claimed<M>> {
         let padded_len = batch.first().and_then(|r| r.bucket);
         let now = Instant::now();
         let mut live = Vec::with_capacity(batch.len());
@@ -168,13 +301,11 @@ impl<M: BatchModel> Shared<M> {
             }
         }
         if live.is_empty() {
-            return;
+            return None;
         }
         let started = Instant::now();
-        self.stats.batch_started(
-            live.iter().map(|r| started.duration_since(r.submitted)),
-            started,
-        );
+        self.stats
+            .batch_formed(live.iter().map(|r| started.duration_since(r.submitted)));
         let n = live.len();
         let mut inputs = Vec::with_capacity(n);
         let mut waiting = Vec::with_capacity(n);
@@ -184,24 +315,34 @@ impl<M: BatchModel> Shared<M> {
             cost += r.cost;
             waiting.push((r.responder, r.submitted));
         }
-        let ctx = BatchContext { padded_len, worker };
-        // A panic inside the model must not take the worker (and every later request) down:
-        // the model is only read through `&self`, and a panicking batch's inputs are gone, so
-        // nothing half-updated is observed afterwards except what the model itself guards.
-        let result = catch_unwind(AssertUnwindSafe(|| self.model.forward_batch(inputs, &ctx)));
-        let done = Instant::now();
-        self.stats.batch_finished(done);
+        Some(Claimed {
+            inputs,
+            waiting,
+            cost,
+            ctx: BatchContext { padded_len, worker },
+        })
+    }
+
+    /// Settles a claimed batch and answers each caller with its own output or the batch's
+    /// error.
+    fn answer(
+        &self,
+        waiting: Vec<(Responder<M::Output>, Instant)>,
+        cost: u64,
+        result: Result<Vec<M::Output>, String>,
+        done: Instant,
+    ) {
+        let n = waiting.len();
         // Settled before the answers go out, so a caller that got its answer no longer sees
         // its request as outstanding.
         self.settle(cost);
         let outputs = match result {
-            Ok(Ok(outputs)) if outputs.len() == n => Ok(outputs),
-            Ok(Ok(outputs)) => Err(format!(
+            Ok(outputs) if outputs.len() == n => Ok(outputs),
+            Ok(outputs) => Err(format!(
                 "model returned {} outputs for a batch of {n}",
                 outputs.len()
             )),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(panic) => Err(format!("model panicked: {}", panic_message(&*panic))),
+            Err(msg) => Err(msg),
         };
         match outputs {
             Ok(outputs) => {
@@ -234,6 +375,15 @@ impl<M: BatchModel> Shared<M> {
         for r in removed {
             r.responder.answer(Err(BatchError::ShutDown));
         }
+    }
+}
+
+/// A model call's outcome, errors and panics alike as the message every caller gets.
+fn flatten<T>(r: std::thread::Result<Result<T, crate::ModelError>>) -> Result<T, String> {
+    match r {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(panic) => Err(format!("model panicked: {}", panic_message(&*panic))),
     }
 }
 

@@ -51,7 +51,17 @@ pub struct StatsSnapshot {
     /// Wall time during which at least one batch was inside the model (overlapping batches of
     /// several workers count once): the device's busy time when the queue owns the device.
     pub busy: Duration,
-    /// Time from submit until a worker started the request's batch.
+    /// Host time spent in [`BatchModel::prepare_batch`](crate::BatchModel::prepare_batch)
+    /// (pipelined workers only; zero otherwise), summed over batches: overlapped with
+    /// `busy` when the pipeline works.
+    pub prepare: Duration,
+    /// Batches prepared (pipelined workers only).
+    pub prepared_batches: u64,
+    /// Time inside the model's forward (`forward_batch` or `forward_prepared`), summed over
+    /// batches (batches of several workers that overlap each count in full, unlike `busy`).
+    pub forward: Duration,
+    /// Time from submit until a worker claimed the request's batch (started preparing or
+    /// running it).
     pub queue_wait: Percentiles,
     /// Time from submit until the answer was delivered, for completed requests.
     pub latency: Percentiles,
@@ -138,6 +148,9 @@ struct Inner {
     busy_since: Option<Instant>,
     /// Busy time of the intervals already ended.
     busy: Duration,
+    prepare: Duration,
+    prepared_batches: u64,
+    forward: Duration,
 }
 
 impl Default for Inner {
@@ -156,6 +169,9 @@ impl Default for Inner {
             running: 0,
             busy_since: None,
             busy: Duration::ZERO,
+            prepare: Duration::ZERO,
+            prepared_batches: 0,
+            forward: Duration::ZERO,
         }
     }
 }
@@ -193,23 +209,42 @@ impl Stats {
         *c += n;
     }
 
-    /// A batch of `waits.len()` requests entered the model at `now`; `waits` are their
-    /// queue waits. Must be paired with [`Stats::batch_finished`].
-    pub(crate) fn batch_started(&self, waits: impl Iterator<Item = Duration>, now: Instant) {
+    /// A batch of `waits.len()` requests was claimed by a worker; `waits` are their queue
+    /// waits.
+    pub(crate) fn batch_formed(&self, waits: impl Iterator<Item = Duration>) {
         let mut s = self.inner.lock();
         let mut n = 0;
         for w in waits {
             s.queue_wait.record(w);
             n += 1;
         }
-        if s.running == 0 {
-            s.busy_since = Some(now);
-        }
-        s.running += 1;
         if s.batch_sizes.len() <= n {
             s.batch_sizes.resize(n + 1, 0);
         }
         s.batch_sizes[n] += 1;
+    }
+
+    /// A formed batch entered the model at `now`. Must be paired with
+    /// [`Stats::batch_finished`].
+    pub(crate) fn batch_started(&self, now: Instant) {
+        let mut s = self.inner.lock();
+        if s.running == 0 {
+            s.busy_since = Some(now);
+        }
+        s.running += 1;
+    }
+
+    /// One batch spent `took` inside the model's forward (`forward_batch` or
+    /// `forward_prepared`).
+    pub(crate) fn ran(&self, took: Duration) {
+        self.inner.lock().forward += took;
+    }
+
+    /// A pipelined worker spent `took` in `prepare_batch` on one batch.
+    pub(crate) fn prepared(&self, took: Duration) {
+        let mut s = self.inner.lock();
+        s.prepare += took;
+        s.prepared_batches += 1;
     }
 
     /// A batch left the model at `now` (whether it succeeded or not).
@@ -259,6 +294,9 @@ impl Stats {
                 batch_sizes: s.batch_sizes.clone(),
                 mean_batch_size: 0.0,
                 busy: s.busy + ongoing,
+                prepare: s.prepare,
+                prepared_batches: s.prepared_batches,
+                forward: s.forward,
                 queue_wait: Percentiles::default(),
                 latency: Percentiles::default(),
                 queue_len,
@@ -305,6 +343,9 @@ impl StatsSnapshot {
             batch_sizes: Vec::new(),
             mean_batch_size: 0.0,
             busy: Duration::ZERO,
+            prepare: Duration::ZERO,
+            prepared_batches: 0,
+            forward: Duration::ZERO,
             queue_wait: Percentiles::default(),
             latency: Percentiles::default(),
             queue_len: 0,
@@ -332,6 +373,9 @@ impl StatsSnapshot {
                 *t += n;
             }
             total.busy += s.busy;
+            total.prepare += s.prepare;
+            total.prepared_batches += s.prepared_batches;
+            total.forward += s.forward;
             total.queue_wait = worst(total.queue_wait, s.queue_wait);
             total.latency = worst(total.latency, s.latency);
             total.queue_len += s.queue_len;

@@ -22,7 +22,15 @@ use crate::{BertInput, BertModel, BertTokenizer, ComputeDType, Error, Result};
 pub struct SentenceEmbedder {
     tokenizer: BertTokenizer,
     model: BertModel,
+    /// Most texts per device batch in [`SentenceEmbedder::embed`]; see
+    /// [`SentenceEmbedder::with_chunk_size`].
+    chunk: usize,
 }
+
+/// The default [`SentenceEmbedder::with_chunk_size`]: a batch of up to 256 texts runs as one
+/// device batch; a larger one in chunks of 256, tokenizing each chunk while the device runs
+/// the one before (a batch of 512 hides the tokenization of its second half).
+pub const DEFAULT_EMBED_CHUNK: usize = 256;
 
 impl SentenceEmbedder {
     /// Loads a model folder: `config.json`, `model.safetensors` and `tokenizer.json`. Inputs
@@ -55,7 +63,34 @@ impl SentenceEmbedder {
                 model.config().max_position_embeddings
             )));
         }
-        Ok(Self { tokenizer, model })
+        Ok(Self {
+            tokenizer,
+            model,
+            chunk: DEFAULT_EMBED_CHUNK,
+        })
+    }
+
+    /// Sets how many texts [`SentenceEmbedder::embed`] runs as one device batch (at least 1).
+    /// A longer list runs in chunks of this size: while the device computes chunk i, the
+    /// calling thread tokenizes chunk i+1, then waits for chunk i's embeddings and queues
+    /// chunk i+1's forward. Each chunk is padded to its own longest text; the embeddings
+    /// are those of one big batch (padding is masked) up to float rounding.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap().with_chunk_size(2);
+    /// let texts = ["one", "two words", "and three words", "four"];
+    /// assert_eq!(emb.embed(&texts).unwrap().len(), 4);
+    /// ```
+    pub fn with_chunk_size(mut self, chunk: usize) -> Self {
+        self.chunk = chunk.max(1);
+        self
+    }
+
+    /// The chunk size of [`SentenceEmbedder::embed`].
+    pub fn chunk_size(&self) -> usize {
+        self.chunk
     }
 
     /// The embedding width.
@@ -94,14 +129,36 @@ impl SentenceEmbedder {
         l2_normalize(&mean_pool(&hidden, input.attention_mask())?)
     }
 
-    /// One unit-length embedding per text, computed as one batch on the calling thread's
-    /// current stream. No texts give no embeddings.
+    /// One unit-length embedding per text, computed on the calling thread's current stream:
+    /// as one batch up to [`SentenceEmbedder::chunk_size`] texts, else in chunks whose
+    /// tokenization overlaps the device work of the chunk before. No texts give no
+    /// embeddings.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
+        let mut chunks = texts.chunks(self.chunk);
+        let Some(first) = chunks.next() else {
             return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(texts.len());
+        let mut in_flight = self.embed_input(&self.tokenize(first)?)?;
+        for chunk in chunks {
+            // The previous chunk's ops are queued on this thread's stream and only its
+            // read-back waits for them, so this tokenization runs while the device works.
+            // The next forward is queued after that read-back, not before: a read-back is
+            // queued behind everything on the stream, so it would also wait for the next
+            // chunk's forward. The device idles only for the read-back and the queuing.
+            let input = self.tokenize(chunk)?;
+            self.read_rows(&in_flight, &mut out)?;
+            in_flight = self.embed_input(&input)?;
         }
-        let flat = self.embed_input(&self.tokenize(texts)?)?.to_vec::<f32>()?;
-        Ok(flat.chunks_exact(self.dim()).map(<[f32]>::to_vec).collect())
+        self.read_rows(&in_flight, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads `[rows, dim]` embeddings back and appends them row by row.
+    fn read_rows(&self, embeddings: &Tensor, out: &mut Vec<Vec<f32>>) -> Result<()> {
+        let flat = embeddings.to_vec::<f32>()?;
+        out.extend(flat.chunks_exact(self.dim()).map(<[f32]>::to_vec));
+        Ok(())
     }
 }
 

@@ -75,7 +75,7 @@ mod weights;
 pub use bert::{BertInput, BertModel};
 pub use config::BertConfig;
 pub use dtype::ComputeDType;
-pub use embedder::SentenceEmbedder;
+pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};
 pub use error::{Error, Result};
 pub use layers::{
     AttentionMask, Embedding, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention,

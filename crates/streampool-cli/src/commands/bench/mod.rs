@@ -1,8 +1,13 @@
 //! `streampool bench`: every scenario in one process, one JSON file, one table, one PNG.
 //!
 //! Scenarios, per workload (`mlp`: 256-1024-GELU-256; `minilm32`/`minilm128`: the sentence
-//! encoder on sentences of exactly 32/128 tokens, tokenization included):
-//! - `ceiling`: one thread calling the model on pre-formed batches;
+//! encoder on sentences of exactly 32/128 tokens, tokenization included), and for the minilm
+//! workloads per compute dtype (`--dtypes f32,tf32,f16,bf16`):
+//! - `ceiling`: one thread calling the model on pre-formed batches (end to end: for minilm,
+//!   tokenization, forward, pooling, read-back);
+//! - `forward` (minilm only): the pre-tokenized ceiling: one batch tokenized once outside the
+//!   timed loop, each call uploading it, running forward + mean-pool + normalize and reading
+//!   the embeddings back (the counting of PyTorch's forward in `bench/torch_baseline.py`);
 //! - `threading`: N threads calling the shared model at batch 1;
 //! - `batching`: N callers through a BatchQueue, a sweep over callers at one configuration and
 //!   every `max_batch` x `max_wait` pair at the most callers;
@@ -43,11 +48,11 @@ pub struct Args {
     /// Workloads: mlp, minilm32, minilm128.
     #[arg(long, value_delimiter = ',', default_value = "mlp,minilm32,minilm128")]
     workloads: Vec<String>,
-    /// Scenarios: threading, batching, ceiling, overhead.
+    /// Scenarios: threading, batching, ceiling, forward, overhead.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "threading,batching,ceiling,overhead"
+        default_value = "threading,batching,ceiling,forward,overhead"
     )]
     scenarios: Vec<String>,
     /// Thread (and batching caller) counts [default: cuda 1,2,4,8,16,32,64; cpu 1,2,4,8].
@@ -69,14 +74,30 @@ pub struct Args {
     /// minilm workloads add 32,128,256,512].
     #[arg(long, value_delimiter = ',')]
     ceiling_batches: Option<Vec<usize>>,
+    /// Batch sizes of the forward scenario [default: cuda and wgpu 64,512; cpu the largest
+    /// max_batch value].
+    #[arg(long, value_delimiter = ',')]
+    forward_batches: Option<Vec<usize>>,
     /// Sentence-encoder folder for the minilm workloads [default: the installed
     /// all-MiniLM-L6-v2, else the shipped tiny-bert].
     #[arg(long, value_name = "DIR")]
     minilm: Option<PathBuf>,
     /// Compute dtype of the minilm workloads: f32, tf32, f16 or bf16 [default: f16 on cuda,
     /// f32 on cpu and wgpu (wgpu runs f32 only)]. The mlp workload is always f32.
-    #[arg(long, value_name = "DTYPE")]
+    #[arg(long, value_name = "DTYPE", conflicts_with = "dtypes")]
     dtype: Option<ComputeDType>,
+    /// Several compute dtypes: the minilm workloads run once per dtype, in this order, in one
+    /// invocation (e.g. f32,tf32,f16,bf16); every JSON point records its dtype.
+    #[arg(long, value_delimiter = ',', value_name = "DTYPES")]
+    dtypes: Option<Vec<ComputeDType>>,
+    /// Texts per device batch in the embedder's direct calls (ceiling, threading): a larger
+    /// call runs in chunks, tokenizing each while the device runs the one before.
+    #[arg(long, default_value_t = streampool_nn::DEFAULT_EMBED_CHUNK)]
+    embed_chunk: usize,
+    /// BatchQueue workers of the minilm workloads tokenize inline (one thread per worker)
+    /// instead of in a preparing stage that overlaps the running batch.
+    #[arg(long)]
+    no_prepare_stage: bool,
     /// Folder for streampool.json and streampool.png.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -88,6 +109,7 @@ pub struct Args {
 /// What one point of the run measures.
 enum Point {
     Ceiling(usize, usize),
+    Forward(usize, usize),
     Threading(usize, usize),
     Batching(usize, QueueSetup),
     Overhead,
@@ -156,8 +178,10 @@ impl Plan {
 /// Runs the benchmark and writes `streampool.json` and `streampool.png` under `--out`.
 pub fn run(args: Args) -> Result<()> {
     for s in &args.scenarios {
-        if !["threading", "batching", "ceiling", "overhead"].contains(&s.as_str()) {
-            bail!("unknown scenario {s:?}: expected threading, batching, ceiling, overhead");
+        if !["threading", "batching", "ceiling", "forward", "overhead"].contains(&s.as_str()) {
+            bail!(
+                "unknown scenario {s:?}: expected threading, batching, ceiling, forward, overhead"
+            );
         }
     }
     let dev = super::device::open(&args.device)?;
@@ -165,31 +189,47 @@ pub fn run(args: Args) -> Result<()> {
     let plan = Plan::resolve(&args, gpu)?;
     let has = |s: &str| args.scenarios.iter().any(|x| x == s);
 
+    let dtypes = args
+        .dtypes
+        .clone()
+        .or(args.dtype.map(|d| vec![d]))
+        .unwrap_or_else(|| {
+            vec![match dev.kind() {
+                DeviceKind::Cuda(_) => ComputeDType::F16,
+                _ => ComputeDType::F32,
+            }]
+        });
     let mut loaded: Vec<(Workload, Option<String>)> = Vec::new();
-    let mut encoder = None;
+    let mut labels: Vec<String> = Vec::new();
+    let mut choice = None;
     for name in &args.workloads {
-        let w = match name.as_str() {
-            "mlp" => (Workload::Mlp(Arc::new(MlpWorkload::new(&dev)?)), None),
-            n if n.starts_with("minilm") => {
-                let seq: usize = n["minilm".len()..].parse().map_err(|_| {
-                    anyhow::anyhow!("bad workload {n:?}: expected minilm32, minilm128 or minilmN")
-                })?;
-                if encoder.is_none() {
-                    let choice = workloads::choose_encoder(args.minilm.clone())?;
-                    let dtype = args.dtype.unwrap_or(match dev.kind() {
-                        DeviceKind::Cuda(_) => ComputeDType::F16,
-                        _ => ComputeDType::F32,
-                    });
-                    let emb = EncoderWorkload::load(&dev, &choice, dtype)?;
-                    encoder = Some((emb, format!("{} {dtype}", choice.label)));
-                }
-                let (emb, label) = encoder.as_ref().expect("loaded just above");
-                let e = EncoderWorkload::with_seq(emb.clone(), seq)?;
-                (Workload::Encoder(Arc::new(e)), Some(label.clone()))
+        if name == "mlp" {
+            loaded.push((Workload::Mlp(Arc::new(MlpWorkload::new(&dev)?)), None));
+        } else if !name.starts_with("minilm") {
+            bail!("unknown workload {name:?}: expected mlp, minilm32, minilm128");
+        }
+    }
+    // Per dtype, every minilm workload of the list, sharing one encoder per dtype.
+    for &dtype in &dtypes {
+        let mut encoder = None;
+        for name in args.workloads.iter().filter(|n| n.starts_with("minilm")) {
+            let seq: usize = name["minilm".len()..].parse().map_err(|_| {
+                anyhow::anyhow!("bad workload {name:?}: expected minilm32, minilm128 or minilmN")
+            })?;
+            if choice.is_none() {
+                choice = Some(workloads::choose_encoder(args.minilm.clone())?);
             }
-            other => bail!("unknown workload {other:?}: expected mlp, minilm32, minilm128"),
-        };
-        loaded.push(w);
+            let choice = choice.as_ref().expect("chosen just above");
+            if encoder.is_none() {
+                let emb = EncoderWorkload::load(&dev, choice, dtype, args.embed_chunk)?;
+                let label = format!("{} {dtype}", choice.label);
+                labels.push(label.clone());
+                encoder = Some((emb, label));
+            }
+            let (emb, label) = encoder.as_ref().expect("loaded just above");
+            let e = EncoderWorkload::with_seq(emb.clone(), seq, !args.no_prepare_stage)?;
+            loaded.push((Workload::Encoder(Arc::new(e)), Some(label.clone())));
+        }
     }
 
     let mut points = Vec::new();
@@ -197,6 +237,16 @@ pub fn run(args: Args) -> Result<()> {
     let sweep_wait = plan.max_wait.first().copied().unwrap_or(1.0);
     let most = plan.threads.iter().copied().max().unwrap_or(1);
     for (i, (w, _)) in loaded.iter().enumerate() {
+        if has("forward") && matches!(w, Workload::Encoder(_)) {
+            let batches = args.forward_batches.clone().unwrap_or_else(|| {
+                if gpu {
+                    vec![64, 512]
+                } else {
+                    vec![sweep_batch]
+                }
+            });
+            points.extend(batches.into_iter().map(|b| Point::Forward(i, b)));
+        }
         if has("ceiling") || has("batching") {
             let mut batches = args.ceiling_batches.clone().unwrap_or_else(|| {
                 let mut b = vec![1];
@@ -245,7 +295,11 @@ pub fn run(args: Args) -> Result<()> {
         dev.name(),
         plan.window.measure.as_secs_f64(),
         plan.window.warm.as_secs_f64(),
-        encoder.as_ref().map_or("-", |e| e.1.as_str())
+        if labels.is_empty() {
+            "-".to_string()
+        } else {
+            labels.join(", ")
+        }
     );
     let bar = ProgressBar::new(points.len() as u64);
     bar.set_style(
@@ -329,6 +383,13 @@ fn run_point(
                 *i,
             )]
         }
+        Point::Forward(i, b) => {
+            bar.set_message(format!("{} forward batch {b}", loaded[*i].0.name()));
+            vec![with_model(
+                scenarios::forward(dev, &loaded[*i].0, *b, plan.window)?,
+                *i,
+            )]
+        }
         Point::Threading(i, t) => {
             bar.set_message(format!("{} threading {t} threads", loaded[*i].0.name()));
             vec![with_model(
@@ -345,13 +406,22 @@ fn run_point(
                 setup.max_batch,
                 setup.max_wait
             ));
+            let dtype = w.dtype().to_string();
             let ceiling = done.iter().find(|r| {
-                r.workload == w.name() && r.scenario == "ceiling" && r.batch == setup.max_batch
+                r.workload == w.name()
+                    && r.dtype.as_deref() == Some(dtype.as_str())
+                    && r.scenario == "ceiling"
+                    && r.batch == setup.max_batch
             });
-            vec![with_model(
-                scenarios::batching(dev, w, *setup, plan.window, ceiling)?,
-                *i,
-            )]
+            let forward = done.iter().find(|r| {
+                r.workload == w.name()
+                    && r.dtype.as_deref() == Some(dtype.as_str())
+                    && r.scenario == "forward"
+                    && r.batch == setup.max_batch
+            });
+            let mut rec = scenarios::batching(dev, w, *setup, plan.window, ceiling)?;
+            rec.forward_fraction = forward.map(|f| rec.throughput_per_s / f.throughput_per_s);
+            vec![with_model(rec, *i)]
         }
         Point::Overhead => {
             bar.set_message("overhead");
@@ -376,7 +446,7 @@ fn one_line(r: &Record) -> String {
         ),
         _ => format!(
             "{} {} {who} batch {}: {:.0} rows/s, p50 {:.3} ms, p99 {:.3} ms{}",
-            r.workload,
+            r.series(),
             r.scenario,
             r.batch,
             r.throughput_per_s,
@@ -385,5 +455,47 @@ fn one_line(r: &Record) -> String {
             r.mean_batch_size
                 .map_or(String::new(), |m| format!(", mean batch {m:.1}"))
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use streampool_nn::ComputeDType;
+
+    use super::Args;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(flags: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(flags.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn dtype_axis_and_single_dtype_flags() {
+        let a = parse(&["--dtypes", "f32,tf32,f16,bf16"]).unwrap();
+        assert_eq!(
+            a.dtypes,
+            Some(vec![
+                ComputeDType::F32,
+                ComputeDType::Tf32,
+                ComputeDType::F16,
+                ComputeDType::Bf16
+            ])
+        );
+        assert_eq!(
+            parse(&["--dtype", "bf16"]).unwrap().dtype,
+            Some(ComputeDType::Bf16)
+        );
+        assert!(parse(&["--dtype", "f16", "--dtypes", "f32"]).is_err());
+        assert!(parse(&["--dtypes", "f8"]).is_err());
+        let a = parse(&[]).unwrap();
+        assert!(a.scenarios.iter().any(|s| s == "forward"));
+        assert!(!a.no_prepare_stage);
+        assert_eq!(a.embed_chunk, streampool_nn::DEFAULT_EMBED_CHUNK);
     }
 }

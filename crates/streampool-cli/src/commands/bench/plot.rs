@@ -64,14 +64,18 @@ pub fn draw(
     batching_config: (usize, f64),
 ) -> Result<bool> {
     let text = font_available();
-    let mut workloads: Vec<String> = results.iter().map(|r| r.workload.clone()).collect();
-    workloads.dedup();
+    let mut workloads: Vec<String> = Vec::new();
+    for r in results {
+        if !workloads.contains(&r.series()) {
+            workloads.push(r.series());
+        }
+    }
     let mut left: Vec<Series> = Vec::new();
     let mut right: Vec<Series> = Vec::new();
     for w in &workloads {
         let pts: Vec<(f64, f64)> = results
             .iter()
-            .filter(|r| &r.workload == w && r.scenario == "threading")
+            .filter(|r| &r.series() == w && r.scenario == "threading")
             .filter_map(|r| Some((r.threads? as f64, r.throughput_per_s)))
             .collect();
         if !pts.is_empty() {
@@ -79,7 +83,7 @@ pub fn draw(
         }
         let sweep: Vec<&Record> = results
             .iter()
-            .filter(|r| &r.workload == w && r.scenario == "batching")
+            .filter(|r| &r.series() == w && r.scenario == "batching")
             .filter(|r| r.batch == batching_config.0 && r.max_wait_ms == Some(batching_config.1))
             .collect();
         for (name, pick) in [("p50", 0), ("p99", 1)] {

@@ -18,8 +18,13 @@ pub struct Record {
     pub device: String,
     /// `mlp`, `minilm32`, `minilm128`, or `ops` for the overhead scenario.
     pub workload: String,
-    /// `threading`, `batching`, `ceiling` or `overhead`.
+    /// `threading`, `batching`, `ceiling`, `forward` (pre-tokenized: forward, pooling and
+    /// read-back only) or `overhead`.
     pub scenario: String,
+    /// The compute dtype of the point: `f32`, `tf32`, `f16` or `bf16` (the MLP and the ops are
+    /// always `f32`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
     /// Threads calling the model directly (threading, ceiling).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
@@ -66,6 +71,23 @@ pub struct Record {
     /// Batching: `throughput_per_s / ceiling_per_s`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceiling_fraction: Option<f64>,
+    /// Forward: milliseconds to tokenize this batch (median of a few, outside the timed
+    /// loop), so `tokenize_ms / (tokenize_ms + p50)` is the host share of an end-to-end call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenize_ms: Option<f64>,
+    /// Batching: mean milliseconds per batch in the model's host preparation step
+    /// (tokenization; only when the queue runs a preparing stage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prepare_ms_per_batch: Option<f64>,
+    /// Batching: mean milliseconds per batch inside the model's forward (tokenization
+    /// included when there is no preparing stage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_ms_per_batch: Option<f64>,
+    /// Batching (minilm): `throughput_per_s` over the forward scenario's (pre-tokenized)
+    /// throughput at batch `batch`, when measured: how close the queue, tokenization
+    /// included, comes to the model's forward alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_fraction: Option<f64>,
     /// Overhead: what was timed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
@@ -78,6 +100,17 @@ pub struct Record {
     /// Overhead: `us_per_op / reference_us_per_op`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<f64>,
+}
+
+impl Record {
+    /// The workload with the dtype for the encoder workloads (`minilm32 f16`), so points of
+    /// several dtypes of one run stay apart in checks, tables and plots.
+    pub fn series(&self) -> String {
+        match &self.dtype {
+            Some(d) if self.workload.starts_with("minilm") => format!("{} {d}", self.workload),
+            _ => self.workload.clone(),
+        }
+    }
 }
 
 /// One target and whether our own figures meet it.
@@ -150,12 +183,16 @@ pub fn checks(results: &[Record], cpu: bool) -> Vec<Check> {
             pass: v >= 6.0,
         });
     }
-    let mut workloads: Vec<&str> = results.iter().map(|r| r.workload.as_str()).collect();
-    workloads.dedup();
-    for w in workloads {
+    let mut series: Vec<String> = Vec::new();
+    for r in results {
+        if !series.contains(&r.series()) {
+            series.push(r.series());
+        }
+    }
+    for w in &series {
         let most = results
             .iter()
-            .filter(|r| r.workload == w && r.scenario == "batching")
+            .filter(|r| &r.series() == w && r.scenario == "batching")
             .filter_map(|r| r.callers)
             .max();
         let Some(most) = most else { continue };
@@ -163,7 +200,7 @@ pub fn checks(results: &[Record], cpu: bool) -> Vec<Check> {
         // the one closest to the ceiling.
         let candidates: Vec<&Record> = results
             .iter()
-            .filter(|r| r.workload == w && r.scenario == "batching" && r.callers == Some(most))
+            .filter(|r| &r.series() == w && r.scenario == "batching" && r.callers == Some(most))
             .filter(|r| r.ceiling_fraction.is_some())
             .collect();
         let meets = |r: &&&Record| {
@@ -243,16 +280,18 @@ fn fmt_rate(v: f64) -> String {
 pub fn print(report: &Report) {
     println!("\nstreampool bench on {} ({})", report.device, report.date);
     println!(
-        "{:<10} {:<10} {:>7} {:>6} {:>12} {:>9} {:>9} {:>9}  notes",
+        "{:<15} {:<10} {:>7} {:>6} {:>12} {:>9} {:>9} {:>9}  notes",
         "workload", "scenario", "thr/cal", "batch", "rows/s", "p50 ms", "p90 ms", "p99 ms"
     );
     for r in &report.results {
         let who = r.threads.or(r.callers).unwrap_or(1);
         let notes = match r.scenario.as_str() {
             "batching" => format!(
-                "wait {} ms, mean batch {:.1}, {:.0}% of ceiling, p99 bound {:.2} ms {}",
+                "wait {} ms, mean batch {:.1}, prepare/forward {:.2}/{:.2} ms per batch, {:.0}% of ceiling, p99 bound {:.2} ms {}",
                 r.max_wait_ms.unwrap_or(0.0),
                 r.mean_batch_size.unwrap_or(0.0),
+                r.prepare_ms_per_batch.unwrap_or(0.0),
+                r.forward_ms_per_batch.unwrap_or(0.0),
                 100.0 * r.ceiling_fraction.unwrap_or(0.0),
                 r.p99_bound_ms.unwrap_or(0.0),
                 match r.p99_within_bound {
@@ -260,6 +299,11 @@ pub fn print(report: &Report) {
                     Some(false) => "EXCEEDED",
                     None => "",
                 }
+            ),
+            "forward" => format!(
+                "{}; tokenize {:.3} ms",
+                r.model.clone().unwrap_or_default(),
+                r.tokenize_ms.unwrap_or(0.0)
             ),
             "overhead" => match (r.us_per_op, r.reference_us_per_op, r.ratio) {
                 (Some(us), Some(rf), Some(ratio)) => format!(
@@ -272,8 +316,8 @@ pub fn print(report: &Report) {
             _ => r.model.clone().unwrap_or_default(),
         };
         println!(
-            "{:<10} {:<10} {:>7} {:>6} {:>12} {:>9.3} {:>9.3} {:>9.3}  {}",
-            r.workload,
+            "{:<15} {:<10} {:>7} {:>6} {:>12} {:>9.3} {:>9.3} {:>9.3}  {}",
+            r.series(),
             r.scenario,
             who,
             r.batch,

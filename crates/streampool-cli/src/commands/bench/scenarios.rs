@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use streampool::{Device, Tensor};
-use streampool_batch::{BatchConfig, BatchModel, BatchQueue};
+use streampool_batch::{BatchConfig, BatchModel, BatchQueue, StatsSnapshot};
+use streampool_nn::ComputeDType;
 
 use super::measure::{closed_loop, median_time, Latency, LoopResult, Window};
 use super::report::Record;
@@ -29,6 +30,7 @@ fn record(
         device: device.name(),
         workload: workload.name(),
         scenario: scenario.into(),
+        dtype: Some(workload.dtype().to_string()),
         batch: rows,
         throughput_per_s: r.calls_per_s() * rows as f64,
         calls_per_s: r.calls_per_s(),
@@ -46,6 +48,23 @@ pub fn ceiling(device: &Device, w: &Workload, batch: usize, window: Window) -> R
     let r = closed_loop(1, window, || {}, |_, i| w.call(batch, i * batch))?;
     let mut rec = record(device, w, "ceiling", batch, &r);
     rec.threads = Some(1);
+    Ok(rec)
+}
+
+/// One thread calling the encoder on one batch of `batch` sentences tokenized once, before
+/// the loop: each call uploads the token ids and mask, runs the forward, mean-pools and
+/// normalizes, and reads the embeddings back. The same counting as PyTorch's `forward`
+/// figure in `bench/torch_baseline.py` (tokenization excluded); the MLP has no such split.
+pub fn forward(device: &Device, w: &Workload, batch: usize, window: Window) -> Result<Record> {
+    let Workload::Encoder(e) = w else {
+        bail!("the forward scenario is for the minilm workloads");
+    };
+    let input = e.tokenized(batch, 0)?;
+    let tokenize_s = median_time(5, || e.tokenized(batch, 0).map(drop))?;
+    let r = closed_loop(1, window, || {}, |_, _| e.forward(&input).map(drop))?;
+    let mut rec = record(device, w, "forward", batch, &r);
+    rec.threads = Some(1);
+    rec.tokenize_ms = Some(tokenize_s * 1e3);
     Ok(rec)
 }
 
@@ -92,7 +111,7 @@ pub fn batching(
         workers: setup.workers,
         buckets: Vec::new(),
     };
-    let (r, mean_batch) = match w {
+    let (r, stats) = match w {
         Workload::Mlp(m) => through_queue(m.clone(), config, setup.callers, window, |i| m.row(i))?,
         Workload::Encoder(e) => {
             through_queue(e.clone(), config, setup.callers, window, |i| e.text(i))?
@@ -103,7 +122,10 @@ pub fn batching(
     rec.callers = Some(setup.callers);
     rec.max_wait_ms = Some(setup.max_wait.as_secs_f64() * 1e3);
     rec.workers = Some(setup.workers);
-    rec.mean_batch_size = Some(mean_batch);
+    rec.mean_batch_size = Some(stats.mean_batch_size);
+    let per_batch = |d: Duration, n: u64| (n > 0).then(|| d.as_secs_f64() * 1e3 / n as f64);
+    rec.prepare_ms_per_batch = per_batch(stats.prepare, stats.prepared_batches);
+    rec.forward_ms_per_batch = per_batch(stats.forward, stats.batches);
     if let Some(c) = ceiling {
         let batch_time = c.latency_ms.p50;
         let bound = setup.max_wait.as_secs_f64() * 1e3 + 2.0 * batch_time;
@@ -117,14 +139,14 @@ pub fn batching(
 }
 
 /// Runs the closed loop through a fresh queue over `model`; returns the loop's figures and
-/// the mean batch size after the warm-up.
+/// the queue's statistics after the warm-up.
 fn through_queue<M: BatchModel>(
     model: Arc<M>,
     config: BatchConfig,
     callers: usize,
     window: Window,
     input: impl Fn(usize) -> M::Input + Sync,
-) -> Result<(LoopResult, f64)> {
+) -> Result<(LoopResult, StatsSnapshot)> {
     let queue = BatchQueue::new(model, config)?;
     let r = closed_loop(
         callers,
@@ -135,9 +157,9 @@ fn through_queue<M: BatchModel>(
             Ok(())
         },
     )?;
-    let mean = queue.stats().mean_batch_size;
+    let stats = queue.stats();
     queue.shutdown();
-    Ok((r, mean))
+    Ok((r, stats))
 }
 
 fn ops_record(
@@ -153,6 +175,7 @@ fn ops_record(
         device: device.name(),
         workload: "ops".into(),
         scenario: "overhead".into(),
+        dtype: Some(ComputeDType::F32.to_string()),
         threads: Some(1),
         batch: 1,
         throughput_per_s: 1e6 / us,
@@ -305,5 +328,86 @@ fn sgemm(n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
             s,
             1,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use streampool::Device;
+    use streampool_batch::{BatchConfig, BatchContext, BatchModel, BatchQueue};
+    use streampool_nn::{find_tiny_bert, ComputeDType};
+
+    use super::super::workloads::{EncoderChoice, EncoderWorkload, Workload};
+    use super::*;
+
+    fn tiny(seq: usize, pipelined: bool) -> Arc<EncoderWorkload> {
+        let dev = Device::cpu();
+        let choice = EncoderChoice {
+            dir: find_tiny_bert().unwrap(),
+            label: "tiny-bert".into(),
+        };
+        let emb = EncoderWorkload::load(&dev, &choice, ComputeDType::F32, 4).unwrap();
+        Arc::new(EncoderWorkload::with_seq(emb, seq, pipelined).unwrap())
+    }
+
+    fn window() -> Window {
+        Window {
+            warm: Duration::from_millis(20),
+            measure: Duration::from_millis(60),
+        }
+    }
+
+    #[test]
+    fn forward_scenario_records_a_pre_tokenized_point_with_its_dtype() {
+        let w = Workload::Encoder(tiny(32, true));
+        let rec = forward(&Device::cpu(), &w, 6, window()).unwrap();
+        assert_eq!(
+            (rec.workload.as_str(), rec.scenario.as_str(), rec.batch),
+            ("minilm32", "forward", 6)
+        );
+        assert_eq!(rec.dtype.as_deref(), Some("f32"));
+        assert_eq!(rec.series(), "minilm32 f32");
+        assert!(rec.calls > 0 && rec.throughput_per_s > 0.0);
+        assert!(rec.tokenize_ms.is_some_and(|t| t > 0.0));
+        let json = serde_json::to_value(&rec).unwrap();
+        assert_eq!(json["scenario"], "forward");
+        assert_eq!(json["dtype"], "f32");
+        // The MLP has no tokenization to leave out.
+        let mlp = Workload::Mlp(Arc::new(
+            super::super::workloads::MlpWorkload::new(&Device::cpu()).unwrap(),
+        ));
+        assert!(forward(&Device::cpu(), &mlp, 4, window()).is_err());
+    }
+
+    /// The preparing stage's path (tokenize, then forward the tokens) gives exactly the
+    /// embeddings of the one-step path, and so does a whole queue with and without the stage.
+    #[test]
+    fn prepared_and_inline_batches_give_identical_embeddings() {
+        let (staged, inline) = (tiny(32, true), tiny(32, false));
+        let texts: Vec<String> = (0..7).map(|i| staged.text(i)).collect();
+        let ctx = BatchContext::new(None, 0);
+        let direct = inline.forward_batch(texts.clone(), &ctx).unwrap();
+        let prepared = staged.prepare_batch(texts.clone(), &ctx).unwrap();
+        let two_step = staged.forward_prepared(prepared, &ctx).unwrap();
+        assert_eq!(direct, two_step);
+        for (model, name) in [(staged, "prepare stage"), (inline, "inline")] {
+            let queue = BatchQueue::new(model, BatchConfig::default()).unwrap();
+            let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+                let hs: Vec<_> = texts
+                    .iter()
+                    .map(|t| {
+                        let q = &queue;
+                        s.spawn(move || q.infer(t.clone()).unwrap())
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(
+                got, direct,
+                "{name}: embeddings differ from the direct batch"
+            );
+        }
     }
 }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use streampool::{Device, GraphCache};
-use streampool_batch::{BatchContext, BatchModel, ModelError};
+use streampool_batch::{BatchContext, BatchModel, ModelError, Prepared};
 use streampool_nn::{
-    find_minilm, find_tiny_bert, Activation, ComputeDType, HostTensor, Linear, LinearParams, Mlp,
-    SentenceEmbedder,
+    find_minilm, find_tiny_bert, Activation, BertInput, ComputeDType, HostTensor, Linear,
+    LinearParams, Mlp, SentenceEmbedder,
 };
 
 /// Input and hidden widths of the benchmark MLP (256-1024-GELU-256).
@@ -175,28 +175,35 @@ pub fn choose_encoder(explicit: Option<PathBuf>) -> Result<EncoderChoice> {
 }
 
 /// A sentence encoder (tokenizer + BERT + pooling) fed sentences of exactly `seq` tokens.
+/// Through a BatchQueue it tokenizes in the queue's preparing stage (see
+/// [`BatchModel::prepares`]) unless built with `pipelined` false.
 pub struct EncoderWorkload {
     embedder: Arc<SentenceEmbedder>,
     sentences: Vec<String>,
     /// Tokens per sentence.
     pub seq: usize,
+    pipelined: bool,
 }
 
 impl EncoderWorkload {
-    /// Loads the encoder once (share it between sequence lengths with [`Self::with_seq`]).
+    /// Loads the encoder once (share it between sequence lengths with [`Self::with_seq`]);
+    /// `chunk`: its [`SentenceEmbedder::with_chunk_size`].
     pub fn load(
         device: &Device,
         choice: &EncoderChoice,
         dtype: ComputeDType,
+        chunk: usize,
     ) -> Result<Arc<SentenceEmbedder>> {
         Ok(Arc::new(
             SentenceEmbedder::load_with(device, &choice.dir, dtype)
-                .with_context(|| format!("loading {} as {dtype}", choice.dir.display()))?,
+                .with_context(|| format!("loading {} as {dtype}", choice.dir.display()))?
+                .with_chunk_size(chunk),
         ))
     }
 
     /// The workload at `seq` tokens; checks that the sentences tokenize to exactly `seq`.
-    pub fn with_seq(embedder: Arc<SentenceEmbedder>, seq: usize) -> Result<Self> {
+    /// `pipelined`: whether a BatchQueue tokenizes in its preparing stage.
+    pub fn with_seq(embedder: Arc<SentenceEmbedder>, seq: usize, pipelined: bool) -> Result<Self> {
         let sentences: Vec<String> = (0..INPUT_POOL).map(|i| sentence(i, seq)).collect();
         for s in &sentences[..4] {
             let got = embedder.tokenize(&[s.as_str()])?.seq_len();
@@ -208,7 +215,27 @@ impl EncoderWorkload {
             embedder,
             sentences,
             seq,
+            pipelined,
         })
+    }
+
+    /// The compute dtype of the encoder.
+    pub fn dtype(&self) -> ComputeDType {
+        self.embedder.model().dtype()
+    }
+
+    /// Sentences `first..first + rows` tokenized into one batch (outside any timed loop).
+    pub fn tokenized(&self, rows: usize, first: usize) -> Result<BertInput> {
+        let texts: Vec<&str> = (0..rows)
+            .map(|r| self.sentences[(first + r) % INPUT_POOL].as_str())
+            .collect();
+        Ok(self.embedder.tokenize(&texts)?)
+    }
+
+    /// One call on a tokenized batch: upload of the token ids and mask, forward, mean pool
+    /// and normalize, read-back of the embeddings (what PyTorch's forward figure counts).
+    pub fn forward(&self, input: &BertInput) -> Result<Vec<f32>> {
+        Ok(self.embedder.embed_input(input)?.to_vec::<f32>()?)
     }
 
     /// Sentence `i` (cycling through the pool).
@@ -240,6 +267,33 @@ impl BatchModel for EncoderWorkload {
         Ok(self.embedder.embed(&refs)?)
     }
 
+    fn prepares(&self) -> bool {
+        self.pipelined
+    }
+
+    /// Tokenizes on the queue's preparing stage, while the previous batch runs.
+    fn prepare_batch(
+        &self,
+        texts: Vec<String>,
+        _ctx: &BatchContext,
+    ) -> Result<Prepared, ModelError> {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        Ok(Prepared::new(self.embedder.tokenize(&refs)?))
+    }
+
+    fn forward_prepared(
+        &self,
+        prepared: Prepared,
+        _ctx: &BatchContext,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let input = prepared.downcast::<BertInput>()?;
+        let flat = self.forward(&input).map_err(|e| format!("{e:#}"))?;
+        Ok(flat
+            .chunks_exact(self.embedder.dim())
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+
     fn device(&self) -> Option<Device> {
         Some(self.embedder.model().device().clone())
     }
@@ -260,6 +314,14 @@ impl Workload {
         match self {
             Workload::Mlp(_) => "mlp".into(),
             Workload::Encoder(e) => format!("minilm{}", e.seq),
+        }
+    }
+
+    /// The compute dtype (the MLP is always f32).
+    pub fn dtype(&self) -> ComputeDType {
+        match self {
+            Workload::Mlp(_) => ComputeDType::F32,
+            Workload::Encoder(e) => e.dtype(),
         }
     }
 

@@ -1,0 +1,77 @@
+//! `SentenceEmbedder::embed` in chunks (tokenization of chunk i+1 overlapping the device work
+//! of chunk i) gives the embeddings of one big batch: each chunk pads to its own longest text,
+//! and padding is masked.
+
+use streampool::Device;
+use streampool_nn::{find_minilm, tiny_bert_dir, SentenceEmbedder, DEFAULT_EMBED_CHUNK};
+
+/// Texts of very different lengths, so chunks pad to different lengths than the whole batch.
+fn texts() -> Vec<String> {
+    (0..11)
+        .map(|i| {
+            let words = ["the", "cat", "sat", "on", "a", "mat", "quietly", "today"];
+            (0..1 + (i * 5) % 23)
+                .map(|k| words[(i + k) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// The largest element difference between chunked and single-batch embeddings, over
+/// several chunk sizes (1, 2, 3, 4 and 5 rows).
+fn max_chunking_diff(load: impl Fn() -> SentenceEmbedder) -> f32 {
+    let texts = texts();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let whole = load().with_chunk_size(usize::MAX).embed(&refs).unwrap();
+    assert_eq!(whole.len(), refs.len());
+    let mut worst = 0.0f32;
+    for chunk in 1..=5 {
+        let emb = load().with_chunk_size(chunk);
+        assert_eq!(emb.chunk_size(), chunk);
+        let got = emb.embed(&refs).unwrap();
+        assert_eq!(
+            got.len(),
+            whole.len(),
+            "chunk {chunk}: one embedding per text"
+        );
+        for (g, w) in got.iter().zip(&whole) {
+            for (a, b) in g.iter().zip(w) {
+                worst = worst.max((a - b).abs());
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn tiny_bert_chunked_embeddings_equal_one_batch() {
+    let diff =
+        max_chunking_diff(|| SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap());
+    eprintln!("tiny-bert: largest chunked vs one-batch difference {diff:e}");
+    assert!(diff <= 1e-6, "chunked embeddings differ by {diff}");
+}
+
+#[test]
+fn minilm_chunked_embeddings_equal_one_batch() {
+    let dir = match find_minilm() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+    };
+    let diff = max_chunking_diff(|| SentenceEmbedder::load(&Device::cpu(), &dir).unwrap());
+    eprintln!("all-MiniLM-L6-v2: largest chunked vs one-batch difference {diff:e}");
+    assert!(diff <= 1e-6, "chunked embeddings differ by {diff}");
+}
+
+#[test]
+fn chunk_size_defaults_and_floors_at_one() {
+    let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    assert_eq!(emb.chunk_size(), DEFAULT_EMBED_CHUNK);
+    let emb = emb.with_chunk_size(0);
+    assert_eq!(emb.chunk_size(), 1);
+    assert!(emb.embed(&[]).unwrap().is_empty());
+    assert_eq!(emb.embed(&["one", "two"]).unwrap().len(), 2);
+}
