@@ -264,6 +264,15 @@ impl BertModel {
         })
     }
 
+    /// Drops the model's CUDA graphs (shared by its clones), giving their memory pools back
+    /// to the device's allocator once their last replays complete. A graph's pool holds every
+    /// intermediate of a forward at its shape (several GB for an f32 batch of 512 x 128
+    /// tokens), so a process that is done with a shape, or with a model, calls this rather
+    /// than wait for the model to drop. Later calls capture again.
+    pub fn clear_graphs(&self) {
+        self.graphs.clear();
+    }
+
     /// The compute dtype of weights and activations.
     pub fn dtype(&self) -> ComputeDType {
         self.dtype

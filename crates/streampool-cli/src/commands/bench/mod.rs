@@ -115,6 +115,19 @@ enum Point {
     Overhead,
 }
 
+impl Point {
+    /// The index of the workload this point runs (none for the op overhead).
+    fn workload(&self) -> Option<usize> {
+        match self {
+            Point::Ceiling(i, _)
+            | Point::Forward(i, _)
+            | Point::Threading(i, _)
+            | Point::Batching(i, _) => Some(*i),
+            Point::Overhead => None,
+        }
+    }
+}
+
 /// The resolved settings of a run.
 struct Plan {
     threads: Vec<usize>,
@@ -317,7 +330,7 @@ pub fn run(args: Args) -> Result<()> {
         checks: Vec::new(),
         errors: Vec::new(),
     };
-    for p in &points {
+    for (n, p) in points.iter().enumerate() {
         // A failing point is reported and skipped, so one bad configuration does not lose
         // the rest of a long (and, on a GPU machine, scarce) run.
         match run_point(&dev, p, &loaded, &plan, &report.results, &bar) {
@@ -331,6 +344,13 @@ pub fn run(args: Args) -> Result<()> {
                 let msg = format!("{}: {e:#}", bar.message());
                 bar.suspend(|| eprintln!("  FAILED {msg}"));
                 report.errors.push(msg);
+            }
+        }
+        // A workload whose last point this was gives its graphs' memory back.
+        if let Some(i) = p.workload() {
+            if points[n + 1..].iter().all(|q| q.workload() != Some(i)) {
+                loaded[i].0.release_graphs();
+                dev.empty_cache();
             }
         }
         // Written after every point: a run cut short still leaves its figures.

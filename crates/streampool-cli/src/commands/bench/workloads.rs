@@ -309,6 +309,15 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// Frees what the workload's graphs hold on the device (its points are done): with
+    /// every dtype's encoder loaded for the whole run, the graphs of earlier dtypes would
+    /// otherwise keep tens of GB of pools (the f16 points ran out of the H100's 80 GB).
+    pub fn release_graphs(&self) {
+        if let Workload::Encoder(e) = self {
+            e.embedder.model().clear_graphs();
+        }
+    }
+
     /// The name used in flags and reports.
     pub fn name(&self) -> String {
         match self {
