@@ -67,9 +67,12 @@ pub struct WgpuConfig {
     /// The quarantine lock (see the module docs).
     pub quarantine: Quarantine,
     /// The matmul kernel: `Some(16)` the 16x16 tile with one output per invocation,
-    /// `Some(32)` or `Some(64)` the register-blocked 32x32 or 64x64 tiles; `None` picks by
-    /// output shape (register-blocked tiles where the output fills them), unless the
-    /// variable `STREAMPOOL_WGPU_MATMUL_TILE` names one. For tests and tuning.
+    /// `Some(32)` or `Some(64)` the register-blocked 32x32 or 64x64 tiles; `None` (unless the
+    /// variable `STREAMPOOL_WGPU_MATMUL_TILE` names one): the 16x16 tile on GPUs, and on
+    /// software adapters the register-blocked tiles where the output fills them. Measured:
+    /// on the H100 through Vulkan the 16x16 tile was 2.5-6x faster than both register-blocked
+    /// tiles at every shape tried (146 vs 905 us at 512^3), on lavapipe 3.5-7.5x slower
+    /// (`bench/results/wgpu-2026-11-23/`). For tests and tuning.
     pub matmul_tile: Option<u32>,
 }
 
@@ -97,6 +100,8 @@ pub(crate) struct Shared {
     pub(crate) shader_f16: bool,
     /// The matmul tile forced by [`WgpuConfig::matmul_tile`], if any.
     pub(crate) matmul_tile: Option<u32>,
+    /// A software adapter: unforced matmuls pick the register-blocked tiles by shape.
+    pub(crate) software: bool,
     /// The quarantine lock, when on: held around encoding, finishing and submission only.
     pub(crate) quarantine: Option<Mutex<()>>,
 }
@@ -310,6 +315,7 @@ impl WgpuDevice {
                     quarantine: quarantine.then(|| Mutex::new(())),
                     shader_f16,
                     matmul_tile,
+                    software: info.device_type == wgpu::DeviceType::Cpu,
                 }),
             },
         ))
