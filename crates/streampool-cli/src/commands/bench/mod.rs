@@ -83,7 +83,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     minilm: Option<PathBuf>,
     /// Compute dtype of the minilm workloads: f32, tf32, f16 or bf16 [default: f16 on cuda,
-    /// f32 on cpu and wgpu (wgpu runs f32 only)]. The mlp workload is always f32.
+    /// f32 on cpu and wgpu (wgpu: f32, tf32 as f32, and f16 where the adapter has
+    /// SHADER_F16; no bf16)]. The mlp workload is always f32.
     #[arg(long, value_name = "DTYPE", conflicts_with = "dtypes")]
     dtype: Option<ComputeDType>,
     /// Several compute dtypes: the minilm workloads run once per dtype, in this order, in one
