@@ -25,8 +25,6 @@ use cudarc::cublas::sys::{
 };
 use cudarc::driver::{result, sys};
 
-use std::collections::HashSet;
-
 use super::blas_lt::{BlasLt, LtOperand};
 use crate::kernel::{MatOperand, MatmulMath};
 use crate::{DType, Error, Result};
@@ -43,8 +41,6 @@ pub(crate) struct Blas {
     stream: sys::CUstream,
     /// cuBLASLt for matmuls with a bias, created on the first one.
     lt: Option<BlasLt>,
-    /// Shapes cuBLASLt had no algorithm for: those take the GEMM and a bias kernel.
-    lt_unsupported: HashSet<(usize, usize, usize, DType)>,
 }
 
 // SAFETY: the handle and workspace are only used under the owning stream's mutex, one thread
@@ -69,7 +65,6 @@ impl Blas {
             device: device.to_string(),
             stream,
             lt: None,
-            lt_unsupported: HashSet::new(),
         };
         // SAFETY: `handle` is live; the stream belongs to this context.
         unsafe { blas::set_stream(handle, stream as _) }
@@ -214,18 +209,14 @@ impl Blas {
         dtype: DType,
         math: MatmulMath,
     ) -> Result<bool> {
-        if (dtype == DType::F32 && math == MatmulMath::Tf32)
-            || self.lt_unsupported.contains(&(m, n, k, dtype))
-        {
+        if dtype == DType::F32 && math == MatmulMath::Tf32 {
             return Ok(false);
         }
         let (op_b, ld_b) = transposed(b, k, n, &self.device)?;
         let (op_a, ld_a) = transposed(a, m, k, &self.device)?;
-        if self.lt.is_none() {
-            self.lt = Some(BlasLt::new(&self.device)?);
-        }
-        let Some(lt) = self.lt.as_mut() else {
-            unreachable!("created above")
+        let lt = match &mut self.lt {
+            Some(lt) => lt,
+            None => self.lt.insert(BlasLt::new(&self.device)?),
         };
         let t = |op| op == cublasOperation_t::CUBLAS_OP_T;
         // cuBLAS is column-major: the row-major product is out^T = b^T @ a^T, whose rows are
@@ -242,7 +233,7 @@ impl Blas {
         };
         // SAFETY: forwarded from the caller; the workspace is this stream's, and work on
         // one stream runs in order.
-        match unsafe {
+        unsafe {
             lt.matmul_bias(
                 &lt_a,
                 &lt_b,
@@ -253,15 +244,6 @@ impl Blas {
                 self.stream,
                 (self.workspace, WORKSPACE_BYTES),
             )
-        } {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                tracing::debug!(
-                    "cuBLASLt bias epilogue unavailable for {m}x{n}x{k} {dtype:?}: {e}"
-                );
-                self.lt_unsupported.insert((m, n, k, dtype));
-                Ok(false)
-            }
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::{DType, Error, Result};
 /// A plan's shape: cuBLAS's column-major view of the row-major product (see `Blas::matmul`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
-    dtype: u8,
+    dtype: DType,
     trans_a: bool,
     trans_b: bool,
     m: u64,
@@ -35,17 +35,34 @@ struct Key {
     ldb: i64,
 }
 
-/// Descriptors and the chosen algorithm for one [`Key`].
+/// Descriptors and the chosen algorithm for one [`Key`]. Owns its descriptors: dropping a
+/// plan, complete or half-built, destroys what it holds.
 struct Plan {
     desc: cublasLtMatmulDesc_t,
-    layouts: [cublasLtMatrixLayout_t; 3],
-    algo: cublasLtMatmulAlgo_t,
+    /// a, b and d, in that order once complete.
+    layouts: Vec<cublasLtMatrixLayout_t>,
+    algo: Option<cublasLtMatmulAlgo_t>,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: created by `BlasLt::plan` and owned by this plan alone; a plan is dropped
+        // only when its stream's work has finished (see `BlasLt`'s drop) or before it ran.
+        unsafe {
+            let _ = lt::destroy_matmul_desc(self.desc);
+            for &l in &self.layouts {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+        }
+    }
 }
 
 /// A stream's cuBLASLt handle and its plans.
 pub(crate) struct BlasLt {
     handle: cublasLtHandle_t,
-    plans: HashMap<Key, Plan>,
+    /// `None`: cuBLASLt cannot run this shape (no algorithm, or its matmul failed), so the
+    /// caller runs a GEMM and a bias kernel instead.
+    plans: HashMap<Key, Option<Plan>>,
     device: String,
 }
 
@@ -78,7 +95,8 @@ impl BlasLt {
     }
 
     /// Column-major `d[m, n] = op(a)[m, k] @ op(b)[k, n] + bias[m]` (bias per row of `d`, i.e.
-    /// per column of the row-major output), queued on `stream`.
+    /// per column of the row-major output), queued on `stream`. `Ok(false)` when cuBLASLt
+    /// cannot run this shape: nothing was queued, and the shape is remembered as such.
     ///
     /// # Safety
     /// Every pointer is a live device allocation of the described extent; `workspace` holds
@@ -94,15 +112,15 @@ impl BlasLt {
         dtype: DType,
         stream: sys::CUstream,
         (workspace, workspace_bytes): (u64, usize),
-    ) -> Result<()> {
-        let (data, code) = match dtype {
-            DType::F16 => (cudaDataType::CUDA_R_16F, 1),
-            DType::BF16 => (cudaDataType::CUDA_R_16BF, 2),
-            DType::F32 => (cudaDataType::CUDA_R_32F, 0),
+    ) -> Result<bool> {
+        let data = match dtype {
+            DType::F16 => cudaDataType::CUDA_R_16F,
+            DType::BF16 => cudaDataType::CUDA_R_16BF,
+            DType::F32 => cudaDataType::CUDA_R_32F,
             DType::I64 => return Err(Error::InvalidArgument("matmul of I64 tensors".into())),
         };
         let key = Key {
-            dtype: code,
+            dtype,
             trans_a: a.transposed,
             trans_b: b.transposed,
             m: m as u64,
@@ -112,43 +130,62 @@ impl BlasLt {
             ldb: b.ld as i64,
         };
         if !self.plans.contains_key(&key) {
-            let plan = self.plan(key, data, workspace_bytes)?;
-            self.plans.insert(key, plan);
+            let plan = self.plan(key, data, workspace_bytes);
+            if let Err(e) = &plan {
+                tracing::debug!(
+                    "cuBLASLt bias epilogue unavailable for {m}x{n}x{k} {dtype:?}: {e}"
+                );
+            }
+            self.plans.insert(key, plan.ok());
         }
-        // Just inserted or found above.
-        let plan = &self.plans[&key];
+        let Some(Some(plan)) = self.plans.get(&key) else {
+            return Ok(false);
+        };
         let dev = &self.device;
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: the descriptor belongs to this plan and is only used under the stream's
         // lock; the bias pointer is read when the matmul is queued (and captured by value
-        // into a CUDA graph), so setting it per call is safe.
-        unsafe {
+        // into a CUDA graph), so setting it per call is safe. A complete plan has its
+        // algorithm and three layouts.
+        let queued = unsafe {
             lt::set_matmul_desc_attribute(
                 plan.desc,
                 cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                 (&bias as *const u64).cast::<c_void>(),
                 std::mem::size_of::<u64>(),
             )
-            .map_err(|e| lt_err(dev, "set bias", e))?;
-            lt::matmul(
-                self.handle,
-                plan.desc,
-                (&alpha as *const f32).cast(),
-                (&beta as *const f32).cast(),
-                a.ptr as *const c_void,
-                plan.layouts[0],
-                b.ptr as *const c_void,
-                plan.layouts[1],
-                d as *const c_void,
-                plan.layouts[2],
-                d as *mut c_void,
-                plan.layouts[2],
-                &plan.algo,
-                workspace as *mut c_void,
-                workspace_bytes,
-                stream as cudaStream_t,
-            )
-            .map_err(|e| lt_err(dev, "matmul", e))
+            .map_err(|e| lt_err(dev, "set bias", e))
+            .and_then(|()| {
+                lt::matmul(
+                    self.handle,
+                    plan.desc,
+                    (&alpha as *const f32).cast(),
+                    (&beta as *const f32).cast(),
+                    a.ptr as *const c_void,
+                    plan.layouts[0],
+                    b.ptr as *const c_void,
+                    plan.layouts[1],
+                    d as *const c_void,
+                    plan.layouts[2],
+                    d as *mut c_void,
+                    plan.layouts[2],
+                    plan.algo
+                        .as_ref()
+                        .map_or(std::ptr::null(), |a| a as *const _),
+                    workspace as *mut c_void,
+                    workspace_bytes,
+                    stream as cudaStream_t,
+                )
+                .map_err(|e| lt_err(dev, "matmul", e))
+            })
+        };
+        match queued {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::debug!("cuBLASLt bias epilogue failed for {m}x{n}x{k} {dtype:?}: {e}");
+                self.plans.insert(key, None);
+                Ok(false)
+            }
         }
     }
 
@@ -161,107 +198,88 @@ impl BlasLt {
             cudaDataType::CUDA_R_32F,
         )
         .map_err(e("create matmul desc"))?;
-        // cublasOperation_t values (the attribute is an int32): CUBLAS_OP_N 0, CUBLAS_OP_T 1.
-        let op = |t: bool| -> i32 { i32::from(t) };
-        let (op_a, op_b) = (op(key.trans_a), op(key.trans_b));
-        let epilogue = cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS;
-        let set = |attr, p: *const c_void, size| {
-            // SAFETY: `desc` is live and `p` points at `size` bytes of the attribute's type.
-            unsafe { lt::set_matmul_desc_attribute(desc, attr, p, size) }
+        // From here on, an early return drops `plan`, which destroys what it holds so far.
+        let mut plan = Plan {
+            desc,
+            layouts: Vec::with_capacity(3),
+            algo: None,
         };
-        let setup = || -> Result<Plan> {
+        // cublasOperation_t values (the attribute is an int32): CUBLAS_OP_N 0, CUBLAS_OP_T 1.
+        let (op_a, op_b) = (i32::from(key.trans_a), i32::from(key.trans_b));
+        let epilogue = cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS;
+        {
             use cublasLtMatmulDescAttributes_t as A;
+            let set = |attr, p: *const c_void, what| {
+                // SAFETY: `desc` is live and `p` points at a 4-byte attribute value.
+                unsafe { lt::set_matmul_desc_attribute(desc, attr, p, 4) }.map_err(e(what))
+            };
             set(
                 A::CUBLASLT_MATMUL_DESC_TRANSA,
                 (&op_a as *const i32).cast(),
-                4,
-            )
-            .map_err(e("set transa"))?;
+                "set transa",
+            )?;
             set(
                 A::CUBLASLT_MATMUL_DESC_TRANSB,
                 (&op_b as *const i32).cast(),
-                4,
-            )
-            .map_err(e("set transb"))?;
+                "set transb",
+            )?;
             set(
                 A::CUBLASLT_MATMUL_DESC_EPILOGUE,
                 (&epilogue as *const cublasLtEpilogue_t).cast(),
-                4,
-            )
-            .map_err(e("set epilogue"))?;
-            // Stored shapes: a is m x k (k x m if transposed), b is k x n (n x k).
-            let (ar, ac) = if key.trans_a {
-                (key.k, key.m)
-            } else {
-                (key.m, key.k)
-            };
-            let (br, bc) = if key.trans_b {
-                (key.n, key.k)
-            } else {
-                (key.k, key.n)
-            };
-            let la = lt::create_matrix_layout(data, ar, ac, key.lda).map_err(e("layout a"))?;
-            let lb = lt::create_matrix_layout(data, br, bc, key.ldb).map_err(e("layout b"))?;
-            let ld = lt::create_matrix_layout(data, key.m, key.n, key.m as i64)
-                .map_err(e("layout d"))?;
-            let layouts = [la, lb, ld];
-            let pref = lt::create_matmul_pref().map_err(e("create preference"))?;
-            let ws = workspace_bytes as u64;
-            // SAFETY: `pref` is live; the attribute is a u64.
-            let heuristic = unsafe {
-                lt::set_matmul_pref_attribute(
-                    pref,
-                    cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                    (&ws as *const u64).cast(),
-                    8,
-                )
-                .map_err(e("set workspace preference"))
-                .and_then(|()| {
-                    lt::get_matmul_algo_heuristic(self.handle, desc, la, lb, ld, ld, pref)
-                        .map_err(e("no algorithm for this shape"))
-                })
-            };
-            // SAFETY: created above, used by nothing else.
-            unsafe {
-                let _ = lt::destroy_matmul_pref(pref);
-            }
-            match heuristic {
-                Ok(h) => Ok(Plan {
-                    desc,
-                    layouts,
-                    algo: h.algo,
-                }),
-                Err(err) => {
-                    for l in layouts {
-                        // SAFETY: created above, used by nothing else.
-                        unsafe {
-                            let _ = lt::destroy_matrix_layout(l);
-                        }
-                    }
-                    Err(err)
-                }
-            }
+                "set epilogue",
+            )?;
+        }
+        // Stored shapes: a is m x k (k x m if transposed), b is k x n (n x k), d is m x n.
+        let (ar, ac) = if key.trans_a {
+            (key.k, key.m)
+        } else {
+            (key.m, key.k)
         };
-        setup().inspect_err(|_| {
-            // SAFETY: created above; no plan holds it.
-            unsafe {
-                let _ = lt::destroy_matmul_desc(desc);
-            }
-        })
+        let (br, bc) = if key.trans_b {
+            (key.n, key.k)
+        } else {
+            (key.k, key.n)
+        };
+        for (rows, cols, ld, what) in [
+            (ar, ac, key.lda, "layout a"),
+            (br, bc, key.ldb, "layout b"),
+            (key.m, key.n, key.m as i64, "layout d"),
+        ] {
+            plan.layouts
+                .push(lt::create_matrix_layout(data, rows, cols, ld).map_err(e(what))?);
+        }
+        let [la, lb, ld] = [plan.layouts[0], plan.layouts[1], plan.layouts[2]];
+        let pref = lt::create_matmul_pref().map_err(e("create preference"))?;
+        let ws = workspace_bytes as u64;
+        // SAFETY: `pref` and the descriptors are live; the attribute is a u64.
+        let heuristic = unsafe {
+            lt::set_matmul_pref_attribute(
+                pref,
+                cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&ws as *const u64).cast(),
+                8,
+            )
+            .map_err(e("set workspace preference"))
+            .and_then(|()| {
+                lt::get_matmul_algo_heuristic(self.handle, desc, la, lb, ld, ld, pref)
+                    .map_err(e("no algorithm for this shape"))
+            })
+        };
+        // SAFETY: created above, used by nothing else.
+        unsafe {
+            let _ = lt::destroy_matmul_pref(pref);
+        }
+        plan.algo = Some(heuristic?.algo);
+        Ok(plan)
     }
 }
 
 impl Drop for BlasLt {
     fn drop(&mut self) {
-        // SAFETY: the owning stream is being torn down after its work finished (as for the
-        // cuBLAS handle); nothing else holds these descriptors.
+        // The plans first (their own drops), then the handle. SAFETY: the owning stream is
+        // being torn down after its work finished (as for the cuBLAS handle).
+        self.plans.clear();
         unsafe {
-            for plan in self.plans.values() {
-                let _ = lt::destroy_matmul_desc(plan.desc);
-                for l in plan.layouts {
-                    let _ = lt::destroy_matrix_layout(l);
-                }
-            }
             let _ = lt::destroy_handle(self.handle);
         }
     }

@@ -337,15 +337,19 @@ SP_EXPORT3(sp_layer_norm, layer_norm_k,
            (const void* x, const void* residual, const void* gamma, const void* beta, void* out, u64 rows, u64 cols, float eps),
            (x, residual, gamma, beta, out, rows, cols, eps))
 
-// out = act(x + bias); act: 0 identity, 1 relu, 2 gelu.
+// act: 0 identity, 1 relu, 2 gelu (Activation's codes in kernels.rs).
+__device__ __forceinline__ float sp_act(int act, float v) {
+    return act == 0 ? v : (act == 1 ? fmaxf(v, 0.0f) : sp_gelu(v));
+}
+
+// out = act(x + bias).
 template <class D> __device__ __forceinline__ void bias_act_k(const void* xv, const void* bv, void* out, u64 rows, u64 cols, int act) {
     const typename D::T* x = SP_IN(D, xv);
     const typename D::T* bias = SP_IN(D, bv);
     typename D::T* o = SP_OUT(D, out);
     u64 n = rows * cols;
     SP_GRID_LOOP(i, n) {
-        float v = D::ld(x, i) + D::ld(bias, i % cols);
-        D::st(o, i, act == 0 ? v : (act == 1 ? fmaxf(v, 0.0f) : sp_gelu(v)));
+        D::st(o, i, sp_act(act, D::ld(x, i) + D::ld(bias, i % cols)));
     }
 }
 SP_EXPORT3(sp_bias_act, bias_act_k, (const void* x, const void* bias, void* out, u64 rows, u64 cols, int act),
@@ -434,10 +438,7 @@ template <class D> __device__ __forceinline__ void bias_act4_k(const void* xv, c
         D::ld4(x, (u64)i * 4, v);
         D::ld4(bias, (u64)(i % cols4) * 4, b);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float t = v[e] + b[e];
-            v[e] = act == 0 ? t : (act == 1 ? fmaxf(t, 0.0f) : sp_gelu(t));
-        }
+        for (int e = 0; e < 4; ++e) v[e] = sp_act(act, v[e] + b[e]);
         D::st4(o, (u64)i * 4, v);
     }
 }
