@@ -33,7 +33,7 @@ use crate::storage::Storage;
 use crate::sync::{Arc, Mutex};
 use crate::sync::{AtomicBool, Ordering};
 use crate::tensor::ZerosLike;
-use crate::tensor::{launch_on, OutSpec};
+use crate::tensor::{launch_on, Dims, OutSpec};
 use crate::{DType, Device, Element, Error, Result, Stream, StreamGuard, Tensor};
 
 /// What a thread is doing for a graph while it runs a closure.
@@ -556,7 +556,11 @@ impl Graph {
                 stream: stream.index(),
             };
             let storage = Storage::new(device.clone(), block, &capture_stream, None).graph_owned();
-            statics.push(Tensor::from_storage(storage, t.dims().to_vec(), t.dtype()));
+            statics.push(Tensor::from_storage(
+                storage,
+                Dims::from_slice(t.dims()),
+                t.dtype(),
+            ));
             graph.inputs.push(StaticView {
                 ptr,
                 shape: t.dims().to_vec(),
@@ -644,7 +648,7 @@ impl Graph {
             graph.outputs.push(StaticView {
                 ptr: o.ptr(),
                 shape: o.dims().to_vec(),
-                strides: o.layout().strides.clone(),
+                strides: o.layout().strides.to_vec(),
                 dtype: o.dtype(),
             });
             graph.keep.push(o);
@@ -666,7 +670,7 @@ impl Graph {
             let copy = Kernel::Copy {
                 src: Strided {
                     ptr: t.ptr(),
-                    strides: t.layout().strides.clone(),
+                    strides: t.layout().strides.to_vec(),
                 },
                 shape: st.shape.clone(),
                 out: st.ptr,
@@ -682,18 +686,18 @@ impl Graph {
         let mut outs = Vec::with_capacity(self.outputs.len());
         for o in &self.outputs {
             let spec = OutSpec {
-                shape: o.shape.clone(),
+                shape: Dims::from_slice(&o.shape),
                 dtype: o.dtype,
             };
             let (ptr, strides, shape, elem_size) =
                 (o.ptr, o.strides.clone(), o.shape.clone(), o.dtype.size());
-            let out = launch_on(&self.stream, &[], vec![spec], |p| Kernel::Copy {
+            let out = launch_on(&self.stream, &[], spec, |p| Kernel::Copy {
                 src: Strided { ptr, strides },
                 shape,
-                out: p[0],
+                out: p,
                 elem_size,
             })?;
-            outs.extend(out);
+            outs.push(out);
         }
         Ok(outs)
     }

@@ -11,7 +11,9 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
-use crate::allocator::{CachingAllocator, Guard};
+use smallvec::smallvec;
+
+use crate::allocator::{CachingAllocator, Guard, Guards};
 use crate::backend::{BackendEvent, BackendMemory, BackendStream, DevicePtr};
 use crate::cpu::progress::Progress;
 use crate::kernel::Kernel;
@@ -183,7 +185,7 @@ fn loom_allocator_cross_stream_reuse() {
         let guard_event: Arc<dyn BackendEvent> = read_done.clone();
         alloc.free(
             block,
-            vec![Guard {
+            smallvec![Guard {
                 stream: 2,
                 event: guard_event,
             }],
@@ -206,7 +208,7 @@ fn loom_allocator_cross_stream_reuse() {
                 if block.ptr == first {
                     memory.with_mut(|m| unsafe { *m = 9 });
                 }
-                alloc.free(block, Vec::new());
+                alloc.free(block, Guards::new());
             })
         };
         reader.join().unwrap();
@@ -229,7 +231,7 @@ fn loom_allocator_no_double_handout() {
         done.complete();
         alloc.free(
             warm,
-            vec![Guard {
+            smallvec![Guard {
                 stream: 1,
                 event: done,
             }],
@@ -283,7 +285,7 @@ fn loom_allocator_requests_at_the_limit_wait_for_releases_in_flight() {
         let guard_event: Arc<dyn BackendEvent> = read_done.clone();
         alloc.free(
             big,
-            vec![Guard {
+            smallvec![Guard {
                 stream: 3,
                 event: guard_event,
             }],
@@ -315,7 +317,7 @@ fn loom_allocator_requests_at_the_limit_wait_for_releases_in_flight() {
         assert_eq!(stats.reserved, 3 * 512, "{stats:?}");
         assert!(stats.peak_reserved <= 1536, "{stats:?}");
         for b in blocks.into_iter().chain([held]) {
-            alloc.free(b, Vec::new());
+            alloc.free(b, Guards::new());
         }
     });
 }

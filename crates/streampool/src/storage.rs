@@ -10,7 +10,9 @@
 //! The per-op path is lock-free in the common cases: uses of slots below 64 are bits of an
 //! atomic mask, and a write known to be complete is a flag.
 
-use crate::allocator::{Block, Guard};
+use smallvec::SmallVec;
+
+use crate::allocator::{Block, Guard, Guards};
 use crate::backend::{BackendEvent, DevicePtr};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{Device, Result, Stream};
@@ -66,8 +68,9 @@ impl Storage {
     }
 
     /// Sets the write event once the producing work has been queued (eager-event policy).
-    pub(crate) fn with_write_event(self, event: Arc<dyn BackendEvent>) -> Self {
-        self.track.lock().write_event = Some(event);
+    pub(crate) fn with_write_event(mut self, event: Arc<dyn BackendEvent>) -> Self {
+        // Not shared yet (we own it): no lock.
+        self.track.get_mut().write_event = Some(event);
         self
     }
 
@@ -129,12 +132,12 @@ impl Storage {
     }
 
     /// Slots of every stream that used the storage.
-    fn used_slots(&mut self) -> Vec<usize> {
+    fn used_slots(&mut self) -> SmallVec<[usize; 4]> {
         let mask = self.uses.load(Ordering::Relaxed);
-        let mut slots: Vec<usize> = (0..MASK_SLOTS)
+        let mut slots: SmallVec<[usize; 4]> = (0..MASK_SLOTS)
             .filter(|&s| mask & (1u64 << s) != 0)
             .collect();
-        slots.extend(std::mem::take(&mut self.track.lock().more_uses));
+        slots.extend(std::mem::take(&mut self.track.get_mut().more_uses));
         slots
     }
 }
@@ -148,11 +151,11 @@ impl Drop for Storage {
             return; // the graph's pool holds the block until the graph is dropped
         }
         // The common case, checked without building the list of users (a heap allocation
-        // per freed tensor): used by its own stream only. The lock is uncontended: we are the
-        // last owner.
+        // per freed tensor): used by its own stream only. No lock: `&mut self` means we are
+        // the last owner.
         let own_only = block.stream < MASK_SLOTS
             && self.uses.load(Ordering::Relaxed) == 1u64 << block.stream
-            && self.track.lock().more_uses.is_empty();
+            && self.track.get_mut().more_uses.is_empty();
         if !self.device.eager_events() && own_only {
             // Used only on its own stream: no event now (see `CachingAllocator::free_lazy`).
             let (slot, size) = (block.stream, block.size);
@@ -164,12 +167,12 @@ impl Drop for Storage {
         }
         // Own stream only, eager events: one guard, without building the list of users.
         let uses = if own_only {
-            vec![block.stream]
+            SmallVec::from_elem(block.stream, 1)
         } else {
             self.used_slots()
         };
         let pool = self.device.pool();
-        let mut guards = Vec::with_capacity(uses.len());
+        let mut guards = Guards::with_capacity(uses.len());
         for s in uses {
             match pool.get(s).and_then(|st| st.record(false)) {
                 Ok(event) => guards.push(Guard { stream: s, event }),

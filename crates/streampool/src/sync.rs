@@ -26,6 +26,10 @@ mod imp {
             // loom only poisons after a panic inside the model, which fails the model anyway.
             self.0.lock().unwrap()
         }
+        pub fn get_mut(&mut self) -> &mut T {
+            // As `lock`: poisoning only follows a model panic.
+            self.0.get_mut().unwrap()
+        }
     }
 
     /// Condition variable paired with [`Mutex`].
@@ -77,6 +81,11 @@ mod imp {
         #[inline]
         pub fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock()
+        }
+        /// The value, through exclusive access (no locking: no one else can hold it).
+        #[inline]
+        pub fn get_mut(&mut self) -> &mut T {
+            self.0.get_mut()
         }
     }
 

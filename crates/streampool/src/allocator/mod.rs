@@ -75,6 +75,10 @@ pub(crate) struct Block {
     pub(crate) stream: usize,
 }
 
+/// The guards of one freed block: one per stream that used it, almost always one (inline, so
+/// an eager free allocates no list).
+pub(crate) type Guards = smallvec::SmallVec<[Guard; 2]>;
+
 /// "Stream `stream` used the block up to `event`" (a lazy guard, with no event yet, is a
 /// flag of the cached block: see `shard::FreeBlock::lazy`).
 pub(crate) struct Guard {
@@ -499,7 +503,7 @@ impl CachingAllocator {
             ptr: block.ptr,
             size: block.size,
             lazy: true,
-            guards: Vec::new(),
+            guards: Guards::new(),
         });
         drop(sh);
         self.note_free(block.size);
@@ -508,7 +512,7 @@ impl CachingAllocator {
 
     /// Returns `block` to the cache. `guards` holds an event recorded, at the time of the
     /// free, on every stream that used the block (see [`Self::free_lazy`] for the lazy way).
-    pub(crate) fn free(&self, block: Block, guards: Vec<Guard>) {
+    pub(crate) fn free(&self, block: Block, guards: Guards) {
         // Lock: this block's shard alone.
         self.shard(block.stream).lock().push(FreeBlock {
             ptr: block.ptr,

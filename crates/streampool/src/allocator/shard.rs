@@ -8,7 +8,7 @@
 //! of [`super`] for the rules and the lock order.
 
 use super::size_class::class_index;
-use super::Guard;
+use super::{Guard, Guards};
 use crate::backend::{BackendStream, DevicePtr};
 use crate::sync::{Arc, Mutex};
 
@@ -21,7 +21,7 @@ pub(super) struct FreeBlock {
     /// [`Guard`], so a lazy free allocates nothing.
     pub(super) lazy: bool,
     /// An event, recorded at the free, on every stream that used the block.
-    pub(super) guards: Vec<Guard>,
+    pub(super) guards: Guards,
 }
 
 impl FreeBlock {

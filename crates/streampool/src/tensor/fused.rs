@@ -1,7 +1,9 @@
 //! Fused transformer ops: each is one kernel that replaces a chain of smaller ones (and
 //! their intermediates in device memory).
 
-use super::{launch, OutSpec, Tensor};
+use smallvec::smallvec;
+
+use super::{launch, Inputs, OutSpec, Tensor};
 use crate::kernel::Kernel;
 use crate::{DType, Error, Result};
 
@@ -66,23 +68,22 @@ impl Tensor {
         if let Some(m) = mask {
             self.check_mask(m, batch, seq, OP)?;
         }
-        let x = self.contiguous()?;
-        let m = mask.map(Tensor::contiguous).transpose()?;
-        let (px, pm, dtype) = (x.ptr(), m.as_ref().map(Tensor::ptr), x.dtype());
-        let mut inputs = vec![&x];
-        inputs.extend(m.as_ref());
-        let spec = x.out_like(vec![batch, seq, heads * head_dim]);
-        let out = launch(self.device(), &inputs, vec![spec], |o| Kernel::Attention {
+        let x = self.as_contiguous()?;
+        let m = mask.map(Tensor::as_contiguous).transpose()?;
+        let (px, pm, dtype) = (x.ptr(), m.as_deref().map(Tensor::ptr), x.dtype());
+        let mut inputs: Inputs = smallvec![&*x];
+        inputs.extend(m.as_deref());
+        let spec = x.out_like(&[batch, seq, heads * head_dim]);
+        launch(self.device(), &inputs, spec, |o| Kernel::Attention {
             qkv: px,
             mask: pm,
-            out: o[0],
+            out: o,
             batch,
             seq,
             heads,
             head_dim,
             dtype,
-        })?;
-        Ok(out.into_iter().next().expect("one output"))
+        })
     }
 
     /// Sentence embeddings from `self: [batch, seq, dim]`: the mean over the positions where
@@ -110,22 +111,21 @@ impl Tensor {
             ));
         };
         self.check_mask(mask, batch, seq, OP)?;
-        let (x, m) = (self.contiguous()?, mask.contiguous()?);
+        let (x, m) = (self.as_contiguous()?, mask.as_contiguous()?);
         let (px, pm, dtype) = (x.ptr(), m.ptr(), x.dtype());
-        let out = launch(
+        launch(
             self.device(),
             &[&x, &m],
-            vec![OutSpec::f32(vec![batch, dim])],
+            OutSpec::f32(&[batch, dim]),
             |o| Kernel::MeanPoolNorm {
                 x: px,
                 mask: pm,
-                out: o[0],
+                out: o,
                 batch,
                 seq,
                 dim,
                 dtype,
             },
-        )?;
-        Ok(out.into_iter().next().expect("one output"))
+        )
     }
 }

@@ -1,30 +1,49 @@
 //! Shapes, strides and broadcasting.
 
+use smallvec::SmallVec;
+
 use crate::{Error, Result};
+
+/// A shape or its strides. Held inline up to rank 4 (every tensor the models make), so
+/// making an op's output allocates nothing for them; higher ranks spill to the heap.
+///
+/// ```
+/// use streampool::tensor::Dims;
+/// let d: Dims = Dims::from_slice(&[2, 3]);
+/// assert_eq!(d.iter().product::<usize>(), 6);
+/// assert!(!d.spilled());
+/// ```
+pub type Dims = SmallVec<[usize; 4]>;
 
 /// Where a tensor's elements live inside its storage: `shape`, `strides` (in elements) and
 /// the `offset` of element zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
-    pub shape: Vec<usize>,
-    pub strides: Vec<usize>,
+    pub shape: Dims,
+    pub strides: Dims,
     pub offset: usize,
 }
 
 impl Layout {
     /// A contiguous row-major layout of `shape`.
+    ///
+    /// ```
+    /// use streampool::tensor::Layout;
+    /// let l = Layout::contiguous(&[2, 3]);
+    /// assert_eq!((&l.strides[..], l.offset), (&[3, 1][..], 0));
+    /// ```
     pub fn contiguous(shape: &[usize]) -> Self {
         Self {
-            shape: shape.to_vec(),
-            strides: contiguous_strides(shape),
+            shape: Dims::from_slice(shape),
+            strides: strides_of(shape),
             offset: 0,
         }
     }
 
-    /// A contiguous row-major layout that takes `shape` (no copy of it).
-    pub(crate) fn contiguous_owned(shape: Vec<usize>) -> Self {
+    /// A contiguous row-major layout that takes `shape`.
+    pub(crate) fn contiguous_owned(shape: Dims) -> Self {
         Self {
-            strides: contiguous_strides(&shape),
+            strides: strides_of(&shape),
             shape,
             offset: 0,
         }
@@ -88,7 +107,12 @@ impl Layout {
 /// Saturates instead of overflowing: a zero-sized shape such as `[2^40, 2^40, 0]` is valid
 /// but its outer strides do not fit a `usize`, and no element is ever addressed through them.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1usize; shape.len()];
+    strides_of(shape).into_vec()
+}
+
+/// [`contiguous_strides`], inline (no heap allocation up to rank 4).
+fn strides_of(shape: &[usize]) -> Dims {
+    let mut strides: Dims = SmallVec::from_elem(1, shape.len());
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1].saturating_mul(shape[i + 1]);
     }

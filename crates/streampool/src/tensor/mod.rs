@@ -8,7 +8,7 @@ mod fused;
 mod layout;
 mod ops;
 
-pub use layout::{broadcast_shapes, contiguous_strides, Layout};
+pub use layout::{broadcast_shapes, contiguous_strides, Dims, Layout};
 pub(crate) use layout::{checked_byte_size, checked_elem_count};
 
 use std::fmt;
@@ -36,113 +36,130 @@ use crate::{DType, Device, Element, Error, Result, Stream};
 #[derive(Clone)]
 pub struct Tensor(Arc<TensorInner>);
 
+/// A tensor's one heap allocation: its layout, and its storage or the tensor that owns it.
 struct TensorInner {
-    storage: Arc<Storage>,
+    storage: StorageRef,
     layout: Layout,
     dtype: DType,
 }
 
-/// One output an op will produce.
+/// Where a tensor's storage is. An op's output owns its storage inline (one allocation per
+/// op, not two); a view holds the owning tensor, which keeps the storage alive exactly as
+/// long as an `Arc<Storage>` shared by all of them would.
+enum StorageRef {
+    Owned(Storage),
+    /// The tensor that owns the storage (always `Owned`: a view of a view holds the owner).
+    Viewed(Arc<TensorInner>),
+}
+
+impl TensorInner {
+    fn storage(&self) -> &Storage {
+        match &self.storage {
+            StorageRef::Owned(s) => s,
+            StorageRef::Viewed(owner) => match &owner.storage {
+                StorageRef::Owned(s) => s,
+                // Invariant: `Tensor::view` only ever points at an owner.
+                StorageRef::Viewed(_) => unreachable!("a view's owner is never a view"),
+            },
+        }
+    }
+}
+
+/// An op's inputs: a few tensors, on the stack.
+pub(crate) type Inputs<'a> = smallvec::SmallVec<[&'a Tensor; 4]>;
+
+/// The one output an op produces (every op has one).
 pub(crate) struct OutSpec {
-    pub shape: Vec<usize>,
+    pub shape: Dims,
     pub dtype: DType,
 }
 
 impl OutSpec {
-    pub(crate) fn f32(shape: Vec<usize>) -> Self {
+    pub(crate) fn f32(shape: &[usize]) -> Self {
         Self {
-            shape,
+            shape: Dims::from_slice(shape),
             dtype: DType::F32,
         }
     }
 }
 
 /// Queues one kernel on `device`'s current stream: waits for the inputs' writers, allocates
-/// the outputs, launches, and wraps the outputs as tensors. `build` gets the output pointers.
+/// the output, launches, and wraps the output as a tensor. `build` gets the output pointer.
 pub(crate) fn launch(
     device: &Device,
     inputs: &[&Tensor],
-    outs: Vec<OutSpec>,
-    build: impl FnOnce(&[DevicePtr]) -> Kernel,
-) -> Result<Vec<Tensor>> {
-    crate::stream_pool::with_current_stream(device, |stream| launch_on(stream, inputs, outs, build))
+    out: OutSpec,
+    build: impl FnOnce(DevicePtr) -> Kernel,
+) -> Result<Tensor> {
+    crate::stream_pool::with_current_stream(device, |stream| launch_on(stream, inputs, out, build))
 }
 
+/// [`launch`] on `stream`. Allocates nothing on the heap but the output tensor (and what the
+/// backend's launch needs: nothing on CUDA, a job on the CPU).
 pub(crate) fn launch_on(
     stream: &Stream,
     inputs: &[&Tensor],
-    outs: Vec<OutSpec>,
-    build: impl FnOnce(&[DevicePtr]) -> Kernel,
-) -> Result<Vec<Tensor>> {
+    out: OutSpec,
+    build: impl FnOnce(DevicePtr) -> Kernel,
+) -> Result<Tensor> {
     let device = stream.device();
     for t in inputs {
-        t.0.storage.prepare_use(stream)?;
+        t.storage().prepare_use(stream)?;
     }
     crate::graph::note_inputs(device, inputs);
-    let mut blocks = Vec::with_capacity(outs.len());
-    for o in &outs {
-        let bytes = checked_byte_size("alloc", &o.shape, o.dtype.size())?;
-        // From the caching allocator, or from a graph's pool while this thread captures one.
-        blocks.push(crate::graph::alloc(device, bytes, stream)?);
-    }
-    // Every op has at most a few outputs: their pointers go on the stack (a heap vector per
-    // op showed in the per-op profile).
-    const STACK_OUTS: usize = 4;
-    let mut on_stack = [DevicePtr(0); STACK_OUTS];
-    let on_heap: Vec<DevicePtr>;
-    let ptrs: &[DevicePtr] = if blocks.len() <= STACK_OUTS {
-        for (p, (b, _)) in on_stack.iter_mut().zip(&blocks) {
-            *p = b.ptr;
-        }
-        &on_stack[..blocks.len()]
-    } else {
-        on_heap = blocks.iter().map(|(b, _)| b.ptr).collect();
-        &on_heap
-    };
-    let kernel = build(ptrs);
+    let bytes = checked_byte_size("alloc", &out.shape, out.dtype.size())?;
+    // From the caching allocator, or from a graph's pool while this thread captures one.
+    let (block, pooled) = crate::graph::alloc(device, bytes, stream)?;
+    let kernel = build(block.ptr);
     // SAFETY: input pointers are alive (we hold the tensors, and the allocator will not reuse
-    // their blocks until this stream passes the guard recorded when they are freed); outputs
-    // are fresh blocks of the right size; cross-stream writers were waited for above.
+    // their blocks until this stream passes the guard recorded when they are freed); the
+    // output is a fresh block of the right size; cross-stream writers were waited for above.
     let launched = unsafe { stream.inner.launch(kernel) };
-    let event = if launched.is_ok() && device.eager_events() {
-        Some(stream.inner.record(false)?)
-    } else {
-        None
+    // A failed record is reported after the storage exists (dropping it returns the block);
+    // without the event, another stream's first use records one (as under lazy events).
+    let (event, unrecorded) = match launched.is_ok() && device.eager_events() {
+        true => match stream.inner.record(false) {
+            Ok(e) => (Some(e), None),
+            Err(e) => (None, Some(e)),
+        },
+        false => (None, None),
     };
-    let tensors = blocks
-        .into_iter()
-        .zip(outs)
-        .map(|((b, pooled), o)| {
-            let storage = Storage::new(device.clone(), b, stream, event.clone());
-            let storage = if pooled {
-                storage.graph_owned()
-            } else {
-                storage
-            };
-            Tensor::from_storage(storage, o.shape, o.dtype)
-        })
-        .collect();
+    // Made even when the launch failed, so that dropping it returns the block.
+    let storage = Storage::new(device.clone(), block, stream, event);
+    let storage = if pooled {
+        storage.graph_owned()
+    } else {
+        storage
+    };
+    let tensor = Tensor::from_storage(storage, out.shape, out.dtype);
     launched?;
-    Ok(tensors)
+    match unrecorded {
+        Some(e) => Err(e),
+        None => Ok(tensor),
+    }
 }
 
 impl Tensor {
-    pub(crate) fn from_storage(storage: Storage, shape: Vec<usize>, dtype: DType) -> Tensor {
+    pub(crate) fn from_storage(storage: Storage, shape: Dims, dtype: DType) -> Tensor {
         Tensor(Arc::new(TensorInner {
-            storage: Arc::new(storage),
+            storage: StorageRef::Owned(storage),
             layout: Layout::contiguous_owned(shape),
             dtype,
         }))
     }
 
     pub(crate) fn storage(&self) -> &Storage {
-        &self.0.storage
+        self.0.storage()
     }
 
     /// A view sharing this tensor's storage with another layout.
     pub(crate) fn view(&self, layout: Layout) -> Tensor {
+        let owner = match &self.0.storage {
+            StorageRef::Owned(_) => self.0.clone(),
+            StorageRef::Viewed(owner) => owner.clone(),
+        };
         Tensor(Arc::new(TensorInner {
-            storage: self.0.storage.clone(),
+            storage: StorageRef::Viewed(owner),
             layout,
             dtype: self.0.dtype,
         }))
@@ -181,21 +198,22 @@ impl Tensor {
                 storage
             })
         })?;
-        Ok(Tensor::from_storage(storage, shape.to_vec(), T::DTYPE))
+        Ok(Tensor::from_storage(
+            storage,
+            Dims::from_slice(shape),
+            T::DTYPE,
+        ))
     }
 
     /// An `f32` tensor filled with `value`.
     pub fn full(value: f32, shape: &[usize], device: &Device) -> Result<Tensor> {
         let len = checked_elem_count("full", shape)?;
-        let out = launch(device, &[], vec![OutSpec::f32(shape.to_vec())], |o| {
-            Kernel::Fill {
-                out: o[0],
-                len,
-                value,
-                dtype: DType::F32,
-            }
-        })?;
-        Ok(out.into_iter().next().expect("one output"))
+        launch(device, &[], OutSpec::f32(shape), |o| Kernel::Fill {
+            out: o,
+            len,
+            value,
+            dtype: DType::F32,
+        })
     }
 
     /// An `f32` tensor of zeros.
@@ -251,9 +269,9 @@ impl Tensor {
                 got: T::DTYPE,
             });
         }
-        let t = self.contiguous()?;
+        let t = self.as_contiguous()?;
         crate::stream_pool::with_current_stream(t.device(), |stream| {
-            t.0.storage.prepare_use(stream)?;
+            t.storage().prepare_use(stream)?;
             let mut out = vec![T::zeros_like(); t.elem_count()];
             let src = t.ptr();
             // SAFETY: the storage is alive (we hold `t`) and covers `elem_count` elements from
@@ -310,20 +328,19 @@ impl Tensor {
                 got: dtype,
             });
         }
-        let x = self.contiguous()?;
+        let x = self.as_contiguous()?;
         let (ptr, len, from) = (x.ptr(), x.elem_count(), x.dtype());
         let spec = OutSpec {
-            shape: x.dims().to_vec(),
+            shape: Dims::from_slice(x.dims()),
             dtype,
         };
-        let out = launch(self.device(), &[&x], vec![spec], |o| Kernel::Cast {
+        launch(self.device(), &[&x], spec, |o| Kernel::Cast {
             x: ptr,
-            out: o[0],
+            out: o,
             len,
             from,
             to: dtype,
-        })?;
-        Ok(out.into_iter().next().expect("one output"))
+        })
     }
 
     /// The shape.
@@ -348,7 +365,7 @@ impl Tensor {
 
     /// The device holding the data.
     pub fn device(&self) -> &Device {
-        self.0.storage.device()
+        self.storage().device()
     }
 
     /// The layout (shape, strides, offset).
@@ -363,15 +380,14 @@ impl Tensor {
 
     /// The address of element zero.
     pub(crate) fn ptr(&self) -> DevicePtr {
-        self.0
-            .storage
+        self.storage()
             .ptr()
             .offset(self.0.layout.offset * self.0.dtype.size())
     }
 
     /// Whether `self` and `other` share storage.
     pub fn shares_storage(&self, other: &Tensor) -> bool {
-        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+        std::ptr::eq(self.storage(), other.storage())
     }
 }
 

@@ -1,16 +1,15 @@
 //! Tensor operations. Each checks shapes, dtypes and devices and returns `Err` on mismatch,
 //! then describes its work as one [`Kernel`] for the device's backend.
 
-use super::{launch, Layout, OutSpec, Tensor};
+use std::borrow::Cow;
+
+use smallvec::smallvec;
+
+use super::{launch, Dims, Inputs, Layout, OutSpec, Tensor};
 use crate::kernel::{
     Activation, BinaryOp, Kernel, MatOperand, MatmulMath, ReduceOp, Strided, UnaryOp,
 };
 use crate::{DType, Error, Result};
-
-fn one(mut v: Vec<Tensor>) -> Tensor {
-    // Every caller launches exactly one output.
-    v.pop().expect("one output")
-}
 
 impl Tensor {
     /// Floating-point ops take `F32`, `F16` or `BF16` (and compute in `f32` inside).
@@ -39,9 +38,9 @@ impl Tensor {
     }
 
     /// An output spec of this tensor's dtype.
-    pub(super) fn out_like(&self, shape: Vec<usize>) -> OutSpec {
+    pub(super) fn out_like(&self, shape: &[usize]) -> OutSpec {
         OutSpec {
-            shape,
+            shape: Dims::from_slice(shape),
             dtype: self.dtype(),
         }
     }
@@ -78,17 +77,27 @@ impl Tensor {
             shape: l.shape.clone(),
             dtype: self.dtype(),
         };
-        Ok(one(launch(self.device(), &[self], vec![spec], |o| {
+        launch(self.device(), &[self], spec, |o| {
             Kernel::Copy {
                 src: Strided {
                     ptr,
-                    strides: l.strides.clone(),
+                    strides: l.strides.to_vec(),
                 },
-                shape: l.shape.clone(),
-                out: o[0],
+                shape: l.shape.to_vec(),
+                out: o,
                 elem_size,
             }
-        })?))
+        })
+    }
+
+    /// `self` when contiguous (borrowed: no reference count touched, which for a tensor
+    /// that many threads read, such as a weight, is a cache line they would all write), else
+    /// a contiguous copy. What ops use for their inputs.
+    pub(crate) fn as_contiguous(&self) -> Result<Cow<'_, Tensor>> {
+        if self.is_contiguous() {
+            return Ok(Cow::Borrowed(self));
+        }
+        self.contiguous().map(Cow::Owned)
     }
 
     /// The same elements with a new shape (a view when contiguous, else a copy).
@@ -216,7 +225,11 @@ impl Tensor {
             Some(b) => {
                 b.same_dtype(self, OP)?;
                 b.same_device(self, OP)?;
-                if !self.device().current_stream()?.inner.fuses_matmul_bias() {
+                // Borrowing the current stream (not cloning it) touches no shared count.
+                let fuses = crate::stream_pool::with_current_stream(self.device(), |s| {
+                    Ok(s.inner.fuses_matmul_bias())
+                })?;
+                if !fuses {
                     // The checks above and below run in matmul_with and bias_act.
                     return self
                         .matmul_with(rhs, math)?
@@ -233,7 +246,7 @@ impl Tensor {
                         ),
                     ));
                 }
-                Some(b.contiguous()?)
+                Some(b.as_contiguous()?)
             }
             None => None,
         };
@@ -258,7 +271,7 @@ impl Tensor {
             shape.extend([m, n]);
             return self
                 .reshape(&[rows, k])?
-                .matmul_impl(rhs, bias.as_ref(), math)?
+                .matmul_impl(rhs, bias.as_deref(), math)?
                 .reshape(&shape);
         }
         // An empty output needs no work (and then its batch dims alone may not fit a usize).
@@ -269,21 +282,21 @@ impl Tensor {
         };
         let a = mat_operand(self)?;
         let b = mat_operand(rhs)?;
-        let mut shape = batch_dims.to_vec();
+        let mut shape = Dims::from_slice(batch_dims);
         shape.extend([m, n]);
         let (ao, bo, dtype) = (a.1, b.1, self.dtype());
-        let bias_ptr = bias.as_ref().map(Tensor::ptr);
-        let mut inputs = vec![&a.0, &b.0];
-        inputs.extend(bias.as_ref());
-        Ok(one(launch(
+        let bias_ptr = bias.as_deref().map(Tensor::ptr);
+        let mut inputs: Inputs = smallvec![&*a.0, &*b.0];
+        inputs.extend(bias.as_deref());
+        launch(
             self.device(),
             &inputs,
-            vec![self.out_like(shape)],
+            self.out_like(&shape),
             |o| Kernel::Matmul {
                 a: ao,
                 b: bo,
                 bias: bias_ptr,
-                out: o[0],
+                out: o,
                 batch,
                 m,
                 n,
@@ -291,7 +304,7 @@ impl Tensor {
                 dtype,
                 math,
             },
-        )?))
+        )
     }
 
     fn binary(&self, rhs: &Tensor, op: BinaryOp, name: &'static str) -> Result<Tensor> {
@@ -302,11 +315,11 @@ impl Tensor {
         let sa = self.layout().broadcast_strides(&shape)?;
         let sb = rhs.layout().broadcast_strides(&shape)?;
         let (pa, pb) = (self.ptr(), rhs.ptr());
-        let (s2, dtype) = (shape.clone(), self.dtype());
-        Ok(one(launch(
+        let (spec, dtype) = (self.out_like(&shape), self.dtype());
+        launch(
             self.device(),
             &[self, rhs],
-            vec![self.out_like(shape)],
+            spec,
             |o| Kernel::Binary {
                 op,
                 a: Strided {
@@ -317,11 +330,11 @@ impl Tensor {
                     ptr: pb,
                     strides: sb,
                 },
-                shape: s2,
-                out: o[0],
+                shape,
+                out: o,
                 dtype,
             },
-        )?))
+        )
     }
 
     /// Element-wise `self + rhs` with broadcasting.
@@ -347,20 +360,20 @@ impl Tensor {
 
     fn unary(&self, op: UnaryOp, name: &'static str) -> Result<Tensor> {
         self.expect_float(name)?;
-        let x = self.contiguous()?;
+        let x = self.as_contiguous()?;
         let (ptr, len, dtype) = (x.ptr(), x.elem_count(), x.dtype());
-        Ok(one(launch(
+        launch(
             self.device(),
             &[&x],
-            vec![x.out_like(x.dims().to_vec())],
+            x.out_like(x.dims()),
             |o| Kernel::Unary {
                 op,
                 x: ptr,
-                out: o[0],
+                out: o,
                 len,
                 dtype,
             },
-        )?))
+        )
     }
 
     /// `max(x, 0)`.
@@ -407,25 +420,25 @@ impl Tensor {
     /// Softmax over the last axis.
     pub fn softmax(&self) -> Result<Tensor> {
         self.expect_float("softmax")?;
-        let x = self.contiguous()?;
+        let x = self.as_contiguous()?;
         let cols = *x
             .dims()
             .last()
             .ok_or_else(|| Error::shape("softmax", "scalar input"))?;
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (ptr, dtype) = (x.ptr(), x.dtype());
-        Ok(one(launch(
+        launch(
             self.device(),
             &[&x],
-            vec![x.out_like(x.dims().to_vec())],
+            x.out_like(x.dims()),
             |o| Kernel::Softmax {
                 x: ptr,
-                out: o[0],
+                out: o,
                 rows,
                 cols,
                 dtype,
             },
-        )?))
+        )
     }
 
     /// Layer normalisation over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`.
@@ -462,7 +475,7 @@ impl Tensor {
         eps: f32,
         op: &'static str,
     ) -> Result<Tensor> {
-        let mut all = vec![self, gamma, beta];
+        let mut all: Inputs = smallvec![self, gamma, beta];
         all.extend(res);
         self.expect_float(op)?;
         for t in &all {
@@ -488,30 +501,30 @@ impl Tensor {
                 "{op}: eps must be >= 0, got {eps}"
             )));
         }
-        let x = self.contiguous()?;
-        let r = res.map(|r| r.contiguous()).transpose()?;
-        let (g, b) = (gamma.contiguous()?, beta.contiguous()?);
+        let x = self.as_contiguous()?;
+        let r = res.map(|r| r.as_contiguous()).transpose()?;
+        let (g, b) = (gamma.as_contiguous()?, beta.as_contiguous()?);
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (px, pr, pg, pb) = (x.ptr(), r.as_ref().map(|r| r.ptr()), g.ptr(), b.ptr());
-        let mut inputs = vec![&x, &g, &b];
-        inputs.extend(r.as_ref());
+        let mut inputs: Inputs = smallvec![&*x, &*g, &*b];
+        inputs.extend(r.as_deref());
         let dtype = x.dtype();
-        Ok(one(launch(
+        launch(
             self.device(),
             &inputs,
-            vec![x.out_like(x.dims().to_vec())],
+            x.out_like(x.dims()),
             |o| Kernel::LayerNorm {
                 x: px,
                 residual: pr,
                 gamma: pg,
                 beta: pb,
-                out: o[0],
+                out: o,
                 rows,
                 cols,
                 eps,
                 dtype,
             },
-        )?))
+        )
     }
 
     /// `act(self + bias)` with `bias` of shape `[last dim]`, in one kernel.
@@ -534,23 +547,23 @@ impl Tensor {
                 ),
             ));
         }
-        let (x, b) = (self.contiguous()?, bias.contiguous()?);
+        let (x, b) = (self.as_contiguous()?, bias.as_contiguous()?);
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (px, pb, dtype) = (x.ptr(), b.ptr(), x.dtype());
-        Ok(one(launch(
+        launch(
             self.device(),
             &[&x, &b],
-            vec![x.out_like(x.dims().to_vec())],
+            x.out_like(x.dims()),
             |o| Kernel::BiasAct {
                 x: px,
                 bias: pb,
-                out: o[0],
+                out: o,
                 rows,
                 cols,
                 act,
                 dtype,
             },
-        )?))
+        )
     }
 
     /// Rows of this `[rows, dim]` table picked by `i64` `ids` of any shape; the result has
@@ -574,25 +587,25 @@ impl Tensor {
             ));
         }
         let (table_rows, row_len) = (self.dims()[0], self.dims()[1]);
-        let (t, i) = (self.contiguous()?, ids.contiguous()?);
+        let (t, i) = (self.as_contiguous()?, ids.as_contiguous()?);
         let n_ids = i.elem_count();
         let mut shape = i.dims().to_vec();
         shape.push(row_len);
         let (pt, pi, dtype) = (t.ptr(), i.ptr(), t.dtype());
-        Ok(one(launch(
+        launch(
             self.device(),
             &[&t, &i],
-            vec![t.out_like(shape)],
+            t.out_like(&shape),
             |o| Kernel::IndexSelect {
                 table: pt,
                 ids: pi,
-                out: o[0],
+                out: o,
                 n_ids,
                 row_len,
                 table_rows,
                 dtype,
             },
-        )?))
+        )
     }
 
     /// Embedding lookup of host `ids` (checked against the table size) with result shape
@@ -617,7 +630,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         self.expect_float(name)?;
         self.check_axis(axis, name)?;
-        let x = self.contiguous()?;
+        let x = self.as_contiguous()?;
         let d = x.dims();
         let len = d[axis];
         if len == 0 && op == ReduceOp::Max {
@@ -637,20 +650,20 @@ impl Tensor {
             (d[..axis].iter().product(), d[axis + 1..].iter().product())
         };
         let (ptr, dtype) = (x.ptr(), x.dtype());
-        Ok(one(launch(
+        launch(
             self.device(),
             &[&x],
-            vec![x.out_like(shape)],
+            x.out_like(&shape),
             |o| Kernel::Reduce {
                 op,
                 x: ptr,
-                out: o[0],
+                out: o,
                 outer,
                 axis: len,
                 inner,
                 dtype,
             },
-        )?))
+        )
     }
 
     /// Sum over `axis`.
@@ -670,7 +683,7 @@ impl Tensor {
 /// A matmul operand view of `t` (`[..., rows, cols]`), copying `t` if its batch dimensions
 /// do not collapse to one stride or neither matrix stride is 1. Returns the tensor the
 /// operand points into (keep it alive) and the operand.
-fn mat_operand(t: &Tensor) -> Result<(Tensor, MatOperand)> {
+fn mat_operand(t: &Tensor) -> Result<(Cow<'_, Tensor>, MatOperand)> {
     if t.elem_count() == 0 {
         // Backends read nothing through an empty operand (an empty output is skipped and a
         // k == 0 product is zeros), and an empty tensor counts as contiguous whatever its
@@ -682,7 +695,7 @@ fn mat_operand(t: &Tensor) -> Result<(Tensor, MatOperand)> {
             rs: cols.max(1),
             cs: 1,
         };
-        return Ok((t.clone(), op));
+        return Ok((Cow::Borrowed(t), op));
     }
     let fits = |t: &Tensor| {
         let l = t.layout();
@@ -718,9 +731,9 @@ fn mat_operand(t: &Tensor) -> Result<(Tensor, MatOperand)> {
         (unit && collapse).then_some((bs, rs, cs))
     };
     let t = if fits(t).is_some() {
-        t.clone()
+        Cow::Borrowed(t)
     } else {
-        t.contiguous()?
+        Cow::Owned(t.contiguous()?)
     };
     // A non-empty contiguous tensor always fits: its last stride is 1 unless that extent is
     // 1 (then read as 1), and its batch strides are products of the inner extents.
