@@ -312,14 +312,18 @@ fn driver_floor(ops: usize) -> Result<()> {
     const NOP: &str = "extern \"C\" __global__ void sp_nop(int code, const float* x, \
                        float* out, unsigned long long n, float mul, float add) {}";
 
-    match Device::cuda_count() {
-        Ok(0) => return Ok(println!("driver: skipped (no CUDA GPU)")),
-        Err(e) => return Ok(println!("driver: skipped ({e})")),
-        Ok(_) => {}
-    }
-    // SAFETY: only tries to load the library; nothing is called through it.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Ok(println!("driver: skipped (libnvrtc not found)"));
+    let skip = match Device::cuda_count() {
+        Ok(0) => Some("no CUDA GPU".to_string()),
+        Err(e) => Some(e.to_string()),
+        // SAFETY: only tries to load the library; nothing is called through it.
+        Ok(_) if !unsafe { cudarc::nvrtc::sys::is_culib_present() } => {
+            Some("libnvrtc not found".to_string())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = skip {
+        println!("driver: skipped ({why})");
+        return Ok(());
     }
     let err = |what: &str, e: &dyn std::fmt::Debug| Error::Backend {
         device: "cuda:0".into(),

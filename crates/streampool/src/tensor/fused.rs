@@ -113,11 +113,8 @@ impl Tensor {
         self.check_mask(mask, batch, seq, OP)?;
         let (x, m) = (self.as_contiguous()?, mask.as_contiguous()?);
         let (px, pm, dtype) = (x.ptr(), m.ptr(), x.dtype());
-        launch(
-            self.device(),
-            &[&x, &m],
-            OutSpec::f32(&[batch, dim]),
-            |o| Kernel::MeanPoolNorm {
+        launch(self.device(), &[&x, &m], OutSpec::f32(&[batch, dim]), |o| {
+            Kernel::MeanPoolNorm {
                 x: px,
                 mask: pm,
                 out: o,
@@ -125,7 +122,7 @@ impl Tensor {
                 seq,
                 dim,
                 dtype,
-            },
-        )
+            }
+        })
     }
 }

@@ -77,16 +77,14 @@ impl Tensor {
             shape: l.shape.clone(),
             dtype: self.dtype(),
         };
-        launch(self.device(), &[self], spec, |o| {
-            Kernel::Copy {
-                src: Strided {
-                    ptr,
-                    strides: l.strides.to_vec(),
-                },
-                shape: l.shape.to_vec(),
-                out: o,
-                elem_size,
-            }
+        launch(self.device(), &[self], spec, |o| Kernel::Copy {
+            src: Strided {
+                ptr,
+                strides: l.strides.to_vec(),
+            },
+            shape: l.shape.to_vec(),
+            out: o,
+            elem_size,
         })
     }
 
@@ -288,11 +286,8 @@ impl Tensor {
         let bias_ptr = bias.as_deref().map(Tensor::ptr);
         let mut inputs: Inputs = smallvec![&*a.0, &*b.0];
         inputs.extend(bias.as_deref());
-        launch(
-            self.device(),
-            &inputs,
-            self.out_like(&shape),
-            |o| Kernel::Matmul {
+        launch(self.device(), &inputs, self.out_like(&shape), |o| {
+            Kernel::Matmul {
                 a: ao,
                 b: bo,
                 bias: bias_ptr,
@@ -303,8 +298,8 @@ impl Tensor {
                 k,
                 dtype,
                 math,
-            },
-        )
+            }
+        })
     }
 
     fn binary(&self, rhs: &Tensor, op: BinaryOp, name: &'static str) -> Result<Tensor> {
@@ -316,25 +311,20 @@ impl Tensor {
         let sb = rhs.layout().broadcast_strides(&shape)?;
         let (pa, pb) = (self.ptr(), rhs.ptr());
         let (spec, dtype) = (self.out_like(&shape), self.dtype());
-        launch(
-            self.device(),
-            &[self, rhs],
-            spec,
-            |o| Kernel::Binary {
-                op,
-                a: Strided {
-                    ptr: pa,
-                    strides: sa,
-                },
-                b: Strided {
-                    ptr: pb,
-                    strides: sb,
-                },
-                shape,
-                out: o,
-                dtype,
+        launch(self.device(), &[self, rhs], spec, |o| Kernel::Binary {
+            op,
+            a: Strided {
+                ptr: pa,
+                strides: sa,
             },
-        )
+            b: Strided {
+                ptr: pb,
+                strides: sb,
+            },
+            shape,
+            out: o,
+            dtype,
+        })
     }
 
     /// Element-wise `self + rhs` with broadcasting.
@@ -362,18 +352,15 @@ impl Tensor {
         self.expect_float(name)?;
         let x = self.as_contiguous()?;
         let (ptr, len, dtype) = (x.ptr(), x.elem_count(), x.dtype());
-        launch(
-            self.device(),
-            &[&x],
-            x.out_like(x.dims()),
-            |o| Kernel::Unary {
+        launch(self.device(), &[&x], x.out_like(x.dims()), |o| {
+            Kernel::Unary {
                 op,
                 x: ptr,
                 out: o,
                 len,
                 dtype,
-            },
-        )
+            }
+        })
     }
 
     /// `max(x, 0)`.
@@ -427,18 +414,15 @@ impl Tensor {
             .ok_or_else(|| Error::shape("softmax", "scalar input"))?;
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (ptr, dtype) = (x.ptr(), x.dtype());
-        launch(
-            self.device(),
-            &[&x],
-            x.out_like(x.dims()),
-            |o| Kernel::Softmax {
+        launch(self.device(), &[&x], x.out_like(x.dims()), |o| {
+            Kernel::Softmax {
                 x: ptr,
                 out: o,
                 rows,
                 cols,
                 dtype,
-            },
-        )
+            }
+        })
     }
 
     /// Layer normalisation over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`.
@@ -509,11 +493,8 @@ impl Tensor {
         let mut inputs: Inputs = smallvec![&*x, &*g, &*b];
         inputs.extend(r.as_deref());
         let dtype = x.dtype();
-        launch(
-            self.device(),
-            &inputs,
-            x.out_like(x.dims()),
-            |o| Kernel::LayerNorm {
+        launch(self.device(), &inputs, x.out_like(x.dims()), |o| {
+            Kernel::LayerNorm {
                 x: px,
                 residual: pr,
                 gamma: pg,
@@ -523,8 +504,8 @@ impl Tensor {
                 cols,
                 eps,
                 dtype,
-            },
-        )
+            }
+        })
     }
 
     /// `act(self + bias)` with `bias` of shape `[last dim]`, in one kernel.
@@ -550,11 +531,8 @@ impl Tensor {
         let (x, b) = (self.as_contiguous()?, bias.as_contiguous()?);
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (px, pb, dtype) = (x.ptr(), b.ptr(), x.dtype());
-        launch(
-            self.device(),
-            &[&x, &b],
-            x.out_like(x.dims()),
-            |o| Kernel::BiasAct {
+        launch(self.device(), &[&x, &b], x.out_like(x.dims()), |o| {
+            Kernel::BiasAct {
                 x: px,
                 bias: pb,
                 out: o,
@@ -562,8 +540,8 @@ impl Tensor {
                 cols,
                 act,
                 dtype,
-            },
-        )
+            }
+        })
     }
 
     /// Rows of this `[rows, dim]` table picked by `i64` `ids` of any shape; the result has
@@ -592,11 +570,8 @@ impl Tensor {
         let mut shape = i.dims().to_vec();
         shape.push(row_len);
         let (pt, pi, dtype) = (t.ptr(), i.ptr(), t.dtype());
-        launch(
-            self.device(),
-            &[&t, &i],
-            t.out_like(&shape),
-            |o| Kernel::IndexSelect {
+        launch(self.device(), &[&t, &i], t.out_like(&shape), |o| {
+            Kernel::IndexSelect {
                 table: pt,
                 ids: pi,
                 out: o,
@@ -604,8 +579,8 @@ impl Tensor {
                 row_len,
                 table_rows,
                 dtype,
-            },
-        )
+            }
+        })
     }
 
     /// Embedding lookup of host `ids` (checked against the table size) with result shape
@@ -650,11 +625,8 @@ impl Tensor {
             (d[..axis].iter().product(), d[axis + 1..].iter().product())
         };
         let (ptr, dtype) = (x.ptr(), x.dtype());
-        launch(
-            self.device(),
-            &[&x],
-            x.out_like(&shape),
-            |o| Kernel::Reduce {
+        launch(self.device(), &[&x], x.out_like(&shape), |o| {
+            Kernel::Reduce {
                 op,
                 x: ptr,
                 out: o,
@@ -662,8 +634,8 @@ impl Tensor {
                 axis: len,
                 inner,
                 dtype,
-            },
-        )
+            }
+        })
     }
 
     /// Sum over `axis`.
