@@ -77,7 +77,7 @@ pub(crate) struct Block {
 
 /// The guards of one freed block: one per stream that used it, almost always one (inline, so
 /// an eager free allocates no list).
-pub(crate) type Guards = smallvec::SmallVec<[Guard; 2]>;
+pub(crate) type Guards = smallvec::SmallVec<[Guard; 1]>;
 
 /// "Stream `stream` used the block up to `event`" (a lazy guard, with no event yet, is a
 /// flag of the cached block: see `shard::FreeBlock::lazy`).
