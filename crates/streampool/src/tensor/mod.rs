@@ -94,8 +94,9 @@ pub(crate) fn launch(
     crate::stream_pool::with_current_stream(device, |stream| launch_on(stream, inputs, out, build))
 }
 
-/// [`launch`] on `stream`. Allocates nothing on the heap but the output tensor (and what the
-/// backend's launch needs: nothing on CUDA, a job on the CPU).
+/// [`launch`] on `stream`. Allocates nothing on the heap but the output tensor (one
+/// allocation: its layout and storage) for outputs of rank <= 4; the CPU and CUDA launches
+/// allocate nothing either (under eager events, the write event is one more).
 pub(crate) fn launch_on(
     stream: &Stream,
     inputs: &[&Tensor],
