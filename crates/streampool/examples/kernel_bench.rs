@@ -9,7 +9,8 @@
 //!
 //! Rows:
 //! - `attention`: the tensor-core attention (`attention_mma_k`) on a `[batch, seq, 3, 12, d]`
-//!   f16 input, per (seq, head width): 8 or 4 warps per block, default or forced occupancy.
+//!   f16 input, per (seq, head width): the library kernel (4 warps per block, launch bounds)
+//!   against the same template without bounds at 8 and 4 warps.
 //! - `bias_gelu`: bias + GELU on `[rows, 1536]` f16 (MiniLM's intermediate layer): the 4-wide
 //!   kernel against the row kernel at several grid sizes. GB/s counts one read and one write.
 //!
@@ -26,12 +27,12 @@ use std::sync::Arc;
 
 const SOURCE: &str = include_str!("../src/cuda/kernels.cu");
 
-/// Variants of the library kernels under other launch bounds (the template bodies are the
-/// library's, so only register allocation and occupancy differ).
+/// The library's attention template without launch bounds (the compiler's register choice),
+/// to compare with the library's bounded kernels: only register allocation, occupancy and
+/// block size differ.
 const VARIANTS: &str = r#"
-extern "C" __global__ void __launch_bounds__(256, 3) kb_attn32_lb256x3(const void* q, const float* m, void* o, int s, int h) { attention_mma_k<F16, 32>(q, m, o, s, h); }
-extern "C" __global__ void __launch_bounds__(128, 5) kb_attn32_lb128x5(const void* q, const float* m, void* o, int s, int h) { attention_mma_k<F16, 32>(q, m, o, s, h); }
-extern "C" __global__ void __launch_bounds__(128, 4) kb_attn64_lb128x4(const void* q, const float* m, void* o, int s, int h) { attention_mma_k<F16, 64>(q, m, o, s, h); }
+extern "C" __global__ void kb_attn32_free(const void* q, const float* m, void* o, int s, int h) { attention_mma_k<F16, 32>(q, m, o, s, h); }
+extern "C" __global__ void kb_attn64_free(const void* q, const float* m, void* o, int s, int h) { attention_mma_k<F16, 64>(q, m, o, s, h); }
 "#;
 
 type BoxError = Box<dyn std::error::Error>;
@@ -103,28 +104,12 @@ fn attention(b: &Bench, batch: usize, rows: &mut Vec<Row>) -> Result<(), BoxErro
         let mask = b.stream.clone_htod(&vec![1.0f32; batch * seq])?;
         let mut reference: Option<Vec<u16>> = None;
         let lib = format!("sp_attention_mma{hd}_f16");
-        let mut variants: Vec<(String, String, u32)> = vec![
-            ("library, 8 warps".to_string(), lib.clone(), 8),
-            ("library, 4 warps".to_string(), lib.clone(), 4),
+        let free = format!("kb_attn{hd}_free");
+        let variants: Vec<(String, String, u32)> = vec![
+            ("library (4 warps, launch bounds)".to_string(), lib.clone(), 4),
+            ("no launch bounds, 8 warps".to_string(), free.clone(), 8),
+            ("no launch bounds, 4 warps".to_string(), free, 4),
         ];
-        if hd == 32 {
-            variants.push((
-                "launch_bounds(256,3), 8 warps".into(),
-                "kb_attn32_lb256x3".into(),
-                8,
-            ));
-            variants.push((
-                "launch_bounds(128,5), 4 warps".into(),
-                "kb_attn32_lb128x5".into(),
-                4,
-            ));
-        } else {
-            variants.push((
-                "launch_bounds(128,4), 4 warps".into(),
-                "kb_attn64_lb128x4".into(),
-                4,
-            ));
-        }
         for (label, name, warps) in variants {
             let f = b.func(&name)?;
             let mut out: CudaSlice<u16> = b.stream.alloc_zeros(out_len)?;

@@ -190,6 +190,8 @@ macro_rules! args {
 /// Groups of 4 columns per lane of the warp-per-row layer norm (`SP_LN_GROUPS`): rows up to
 /// 4 * 32 * 8 = 1024 columns. Rows (warps) per block of that kernel.
 const LN_GROUPS: usize = 8;
+/// Warps per block of the tensor-core attention (`__launch_bounds__(128, ..)` in kernels.cu).
+const MMA_WARPS: usize = 4;
 const LN_ROWS_PER_BLOCK: usize = 8;
 
 /// Whether every non-null address is 16-byte aligned, as the vectorized kernels' 16-byte
@@ -621,9 +623,9 @@ impl Launcher<'_> {
                     m.tensor_cores && ATTENTION_HEAD_DIMS[slot] == head_dim,
                     aligned16(&[pq, po]),
                 ) {
-                    // One warp per 16 queries, up to 8 warps (128 queries) per block so that
-                    // the K/V tiles a block stages serve as many queries as the sequence has.
-                    let warps = seq.div_ceil(16).min(8);
+                    // One warp per 16 queries, up to MMA_WARPS per block: the kernels'
+                    // launch bounds are sized for it (kernels.cu, SP_ATTN_MMA).
+                    let warps = seq.div_ceil(16).min(MMA_WARPS);
                     let gx = seq.div_ceil(16 * warps) as u32;
                     return self.go3(
                         &m.attention_mma[slot][t],
