@@ -106,7 +106,11 @@ fn attention(b: &Bench, batch: usize, rows: &mut Vec<Row>) -> Result<(), BoxErro
         let lib = format!("sp_attention_mma{hd}_f16");
         let free = format!("kb_attn{hd}_free");
         let variants: Vec<(String, String, u32)> = vec![
-            ("library (4 warps, launch bounds)".to_string(), lib.clone(), 4),
+            (
+                "library (4 warps, launch bounds)".to_string(),
+                lib.clone(),
+                4,
+            ),
             ("no launch bounds, 8 warps".to_string(), free.clone(), 8),
             ("no launch bounds, 4 warps".to_string(), free, 4),
         ];
