@@ -83,6 +83,7 @@ pub(crate) struct Module {
     layer_norm_warp: PerDType,
     bias_act: PerDType,
     bias_act4: PerDType,
+    bias_act_rows8: PerDType,
     index_select: PerDType,
     reduce: PerDType,
     reduce_rows: PerDType,
@@ -145,6 +146,7 @@ impl Module {
             layer_norm_warp: f3("sp_layer_norm_warp")?,
             bias_act: f3("sp_bias_act")?,
             bias_act4: f3("sp_bias_act4")?,
+            bias_act_rows8: f3("sp_bias_act_rows8")?,
             index_select: f3("sp_index_select")?,
             reduce: f3("sp_reduce")?,
             reduce_rows: f3("sp_reduce_rows")?,
@@ -188,6 +190,8 @@ macro_rules! args {
 /// Groups of 4 columns per lane of the warp-per-row layer norm (`SP_LN_GROUPS`): rows up to
 /// 4 * 32 * 8 = 1024 columns. Rows (warps) per block of that kernel.
 const LN_GROUPS: usize = 8;
+/// Warps per block of the tensor-core attention (`__launch_bounds__(128, ..)` in kernels.cu).
+const MMA_WARPS: usize = 4;
 const LN_ROWS_PER_BLOCK: usize = 8;
 
 /// Whether every non-null address is 16-byte aligned, as the vectorized kernels' 16-byte
@@ -483,6 +487,22 @@ impl Launcher<'_> {
                     Activation::Gelu => 2,
                 };
                 let (px, pb, po, r, c) = (x.0, bias.0, out.0, rows as u64, cols as u64);
+                // Rows of whole 16-byte chunks: a block per (two) rows, a thread per chunk,
+                // biases held in registers (bias_act_rows8_k's comment has the measurement).
+                if let (0, Ok(rows32), true, true) = (
+                    cols % 8,
+                    u32::try_from(rows),
+                    cols / 8 <= 1024,
+                    aligned16(&[px, pb, po]),
+                ) {
+                    let c8 = (cols / 8) as u32;
+                    return self.go(
+                        m.bias_act_rows8.get(dtype)?,
+                        rows.div_ceil(2).min(MAX_BLOCKS) as u32,
+                        c8.div_ceil(32) * 32,
+                        &mut args![px, pb, po, rows32, c8, code],
+                    );
+                }
                 if let (0, Ok(n4), Ok(c4), true) = (
                     cols % 4,
                     u32::try_from(n / 4),
@@ -603,9 +623,9 @@ impl Launcher<'_> {
                     m.tensor_cores && ATTENTION_HEAD_DIMS[slot] == head_dim,
                     aligned16(&[pq, po]),
                 ) {
-                    // One warp per 16 queries, up to 8 warps (128 queries) per block so that
-                    // the K/V tiles a block stages serve as many queries as the sequence has.
-                    let warps = seq.div_ceil(16).min(8);
+                    // One warp per 16 queries, up to MMA_WARPS per block: the kernels'
+                    // launch bounds are sized for it (kernels.cu, SP_ATTN_MMA).
+                    let warps = seq.div_ceil(16).min(MMA_WARPS);
                     let gx = seq.div_ceil(16 * warps) as u32;
                     return self.go3(
                         &m.attention_mma[slot][t],
