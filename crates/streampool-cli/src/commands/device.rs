@@ -13,7 +13,18 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use anyhow::{bail, Context, Result};
-use streampool::{Device, DeviceConfig};
+use streampool::{Device, DeviceConfig, DeviceKind};
+use streampool_nn::ComputeDType;
+
+/// The compute dtype a model runs in when `--dtype` is not given: f16 on CUDA (tensor cores,
+/// fused attention; what an embedding server on an NVIDIA GPU runs, e.g. TEI's default), f32
+/// on the CPU and on wgpu (whose f16 depends on the adapter).
+pub fn default_dtype(dev: &Device) -> ComputeDType {
+    match dev.kind() {
+        DeviceKind::Cuda(_) => ComputeDType::F16,
+        _ => ComputeDType::F32,
+    }
+}
 
 /// Opens the one device named on the command line (`cpu`, `cpu:N`, `cuda`, `cuda:N`, `wgpu`
 /// or `wgpu:ADAPTER`).

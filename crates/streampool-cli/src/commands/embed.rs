@@ -28,9 +28,10 @@ pub struct Args {
     /// Compute dtype of weights and activations: f32, tf32 (f32 with TF32 tensor-core
     /// matmuls on CUDA), f16 or bf16 (fused attention and pooling, f32 statistics). The
     /// wgpu backend runs f32, tf32 (as f32) and f16 (where the adapter has SHADER_F16), not
-    /// bf16. Embeddings are printed as f32 in every case.
-    #[arg(long, default_value = "f32", value_name = "DTYPE")]
-    dtype: ComputeDType,
+    /// bf16. Embeddings are printed as f32 in every case. [default: f16 on cuda, f32 on cpu
+    /// and wgpu]
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<ComputeDType>,
     /// Print every embedding in full, as JSON.
     #[arg(long)]
     json: bool,
@@ -50,8 +51,11 @@ pub fn run(args: Args) -> Result<()> {
         (None, true) => (find_minilm()?, false),
         (None, false) => (find_tiny_bert()?, true),
     };
-    let emb = SentenceEmbedder::load_with(&dev, &dir, args.dtype)
-        .with_context(|| format!("loading the model in {} as {}", dir.display(), args.dtype))?;
+    let dtype = args
+        .dtype
+        .unwrap_or_else(|| super::device::default_dtype(&dev));
+    let emb = SentenceEmbedder::load_with(&dev, &dir, dtype)
+        .with_context(|| format!("loading the model in {} as {dtype}", dir.display()))?;
     if shipped && !args.json {
         eprintln!(
             "note: {} has random weights (a test model, no setup needed); \

@@ -38,9 +38,9 @@ pub struct Args {
     /// Compute dtype of the embedding models: f32, tf32 (TF32 tensor-core matmuls on CUDA),
     /// f16 or bf16 (fused attention and pooling). The wgpu backend runs all but bf16 (f16
     /// where the adapter has SHADER_F16). Responses
-    /// are f32 in every case; the MLP stays f32.
-    #[arg(long, default_value = "f32", value_name = "DTYPE")]
-    dtype: ComputeDType,
+    /// are f32 in every case; the MLP stays f32. [default: f16 on cuda, f32 on cpu and wgpu]
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<ComputeDType>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -106,7 +106,13 @@ pub fn run(args: Args) -> Result<()> {
     let per_device: Vec<Result<Vec<ModelSpec>>> = std::thread::scope(|s| {
         let loads: Vec<_> = devices
             .iter()
-            .map(|dev| s.spawn(|| load_replicas(dev, &dirs, !args.no_mlp, args.dtype)))
+            .map(|dev| {
+                let dtype = args
+                    .dtype
+                    .unwrap_or_else(|| super::device::default_dtype(dev));
+                let (dirs, mlp) = (&dirs, !args.no_mlp);
+                s.spawn(move || load_replicas(dev, dirs, mlp, dtype))
+            })
             .collect();
         loads
             .into_iter()

@@ -207,12 +207,7 @@ pub fn run(args: Args) -> Result<()> {
         .dtypes
         .clone()
         .or(args.dtype.map(|d| vec![d]))
-        .unwrap_or_else(|| {
-            vec![match dev.kind() {
-                DeviceKind::Cuda(_) => ComputeDType::F16,
-                _ => ComputeDType::F32,
-            }]
-        });
+        .unwrap_or_else(|| vec![super::device::default_dtype(&dev)]);
     let mut loaded: Vec<(Workload, Option<String>)> = Vec::new();
     let mut labels: Vec<String> = Vec::new();
     let mut choice = None;
