@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the concurrency-heavy test binaries N times each, in release, with the default test
+# Runs the concurrency-heavy test binaries N times each (release, or STRESS_PROFILE=dev), with the default test
 # parallelism, and reports how often every test failed (issue #13: timing-dependent failures
 # that one `cargo test` run does not show).
 #
@@ -58,19 +58,34 @@ out="$CARGO_TARGET_DIR/stress"
 rm -rf "$out"
 mkdir -p "$out"
 
-# Build once; cargo reports each test executable in its JSON messages.
-declare -A exe pkgdir
-for s in "${suites[@]}"; do
-    pkg=${s%%:*} bin=${s#*:}
-    path=$(cargo test --release -p "$pkg" --test "$bin" --no-run --message-format=json \
-        | python3 -c '
+# Build once; cargo reports each test executable in its JSON messages. STRESS_PROFILE=dev
+# takes the debug binaries of `cargo test --workspace` (the same build, so nothing is
+# compiled again after it: what CI does); the default is a release build of each suite.
+pick='
 import json, sys
+def package(pid):
+    # "path+file:///dir/NAME#VERSION" or "path+file:///dir/DIR#NAME@VERSION"
+    path, _, frag = pid.partition("#")
+    return frag.split("@")[0] if "@" in frag else path.rstrip("/").rsplit("/", 1)[-1]
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m["target"]["name"] == sys.argv[1] and "test" in m["target"]["kind"]:
+            and m["target"]["name"] == sys.argv[1] and "test" in m["target"]["kind"] \
+            and package(m["package_id"]) == sys.argv[2]:
         print(m["executable"])
-' "$bin")
+'
+if [[ ${STRESS_PROFILE:-release} == dev ]]; then
+    workspace_json=$(cargo test --workspace --no-run --message-format=json)
+fi
+declare -A exe pkgdir
+for s in "${suites[@]}"; do
+    pkg=${s%%:*} bin=${s#*:}
+    if [[ ${STRESS_PROFILE:-release} == dev ]]; then
+        path=$(python3 -c "$pick" "$bin" "$pkg" <<<"$workspace_json")
+    else
+        path=$(cargo test --release -p "$pkg" --test "$bin" --no-run --message-format=json \
+            | python3 -c "$pick" "$bin" "$pkg")
+    fi
     [[ -n $path ]] || { echo "stress.sh: no executable for $s" >&2; exit 2; }
     exe[$s]=$path
     pkgdir[$s]=$root/crates/$pkg
