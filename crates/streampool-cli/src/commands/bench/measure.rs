@@ -40,8 +40,8 @@ impl Latency {
 pub struct LoopResult {
     /// Calls completed in the measured window (all threads).
     pub calls: u64,
-    /// Seconds from the end of the warm-up to the last measured call's end (at least the
-    /// window).
+    /// Seconds from the first measured call's start to the last measured call's end (about
+    /// the window: each thread measures calls until one ends past it).
     pub seconds: f64,
     /// Per-call latency percentiles.
     pub latency: Latency,
@@ -65,10 +65,11 @@ pub struct Window {
 
 /// Runs `call(thread, i)` (`i`: the thread's call count so far) in a loop on `threads`
 /// threads. A call counts when it starts after the warm-up and is not the thread's first;
-/// each thread stops at the first call start past the window once it has at least one
-/// counted call, so slow calls (a large batch on the CPU) still give a figure. The measured
-/// span runs from the end of the warm-up to the last counted call's end (at least the
-/// window). `on_warm_end` runs on the calling thread when the warm-up ends (e.g. to reset a
+/// each thread stops at the first call start past the window (or a window's length after
+/// its first counted call, when that started late) once it has a counted call, so slow calls (a large batch on the CPU) still give a figure. The measured
+/// span runs from the first counted call's start (the end of the warm-up, or later when a
+/// thread's first call, which may compile kernels or capture a graph, outlasts the warm-up)
+/// to the last counted call's end. `on_warm_end` runs on the calling thread when the warm-up ends (e.g. to reset a
 /// queue's statistics).
 pub fn closed_loop<F>(
     threads: usize,
@@ -84,26 +85,10 @@ where
     let warm_end = start + window.warm;
     let deadline = warm_end + window.measure;
     let call = &call;
-    let per_thread = std::thread::scope(|s| -> Result<Vec<(Instant, Vec<u64>)>> {
+    let per_thread = std::thread::scope(|s| -> Result<Vec<ThreadRun>> {
         let handles: Vec<_> = (0..threads)
             .map(|thread| {
-                s.spawn(move || -> Result<(Instant, Vec<u64>)> {
-                    let mut lat = Vec::new();
-                    let mut last_end = deadline;
-                    for i in 0usize.. {
-                        let t = Instant::now();
-                        if t >= deadline && !lat.is_empty() {
-                            break;
-                        }
-                        call(thread, i)?;
-                        let end = Instant::now();
-                        if t >= warm_end && i > 0 {
-                            lat.push(u64::try_from((end - t).as_nanos()).unwrap_or(u64::MAX));
-                            last_end = last_end.max(end);
-                        }
-                    }
-                    Ok((last_end, lat))
-                })
+                s.spawn(move || thread_loop(|i| call(thread, i), warm_end, deadline, window))
             })
             .collect();
         std::thread::sleep(warm_end.saturating_duration_since(Instant::now()));
@@ -113,13 +98,66 @@ where
             .map(|h| h.join().map_err(|_| anyhow!("a bench thread panicked"))?)
             .collect()
     })?;
-    let last = per_thread.iter().map(|p| p.0).max().unwrap_or(deadline);
-    let mut all: Vec<u64> = per_thread.into_iter().flat_map(|p| p.1).collect();
+    let first = per_thread
+        .iter()
+        .filter_map(|p| p.first_start)
+        .min()
+        .unwrap_or(warm_end);
+    let last = per_thread
+        .iter()
+        .map(|p| p.last_end)
+        .max()
+        .unwrap_or(deadline);
+    let mut all: Vec<u64> = per_thread.into_iter().flat_map(|p| p.latency).collect();
     Ok(LoopResult {
         calls: all.len() as u64,
-        seconds: (last - warm_end).as_secs_f64(),
+        seconds: last.saturating_duration_since(first).as_secs_f64(),
         latency: Latency::of(&mut all),
     })
+}
+
+/// What one thread of [`closed_loop`] measured.
+struct ThreadRun {
+    /// Start of its first counted call.
+    first_start: Option<Instant>,
+    /// End of its last counted call.
+    last_end: Instant,
+    /// Nanoseconds per counted call.
+    latency: Vec<u64>,
+}
+
+/// One thread's loop of [`closed_loop`]. A thread whose first counted call starts late (its
+/// first call outlasted the warm-up) still measures a whole window from there.
+fn thread_loop(
+    call: impl Fn(usize) -> Result<()>,
+    warm_end: Instant,
+    deadline: Instant,
+    window: Window,
+) -> Result<ThreadRun> {
+    let mut run = ThreadRun {
+        first_start: None,
+        last_end: warm_end,
+        latency: Vec::new(),
+    };
+    let mut end_by = deadline;
+    for i in 0usize.. {
+        let t = Instant::now();
+        if t >= end_by && !run.latency.is_empty() {
+            break;
+        }
+        call(i)?;
+        let end = Instant::now();
+        if t >= warm_end && i > 0 {
+            if run.first_start.is_none() {
+                run.first_start = Some(t);
+                end_by = end_by.max(t + window.measure);
+            }
+            run.latency
+                .push(u64::try_from((end - t).as_nanos()).unwrap_or(u64::MAX));
+            run.last_end = run.last_end.max(end);
+        }
+    }
+    Ok(run)
 }
 
 /// Median of `reps` timings of `f` (after one untimed call), in seconds.
@@ -133,4 +171,33 @@ pub fn median_time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A first call that outlasts the warm-up (a kernel compile, a graph capture) must not
+    /// count as measured time: the span starts at the first measured call.
+    #[test]
+    fn a_slow_first_call_is_not_in_the_measured_span() {
+        let window = Window {
+            warm: Duration::from_millis(10),
+            measure: Duration::from_millis(50),
+        };
+        let r = closed_loop(
+            1,
+            window,
+            || {},
+            |_, i| {
+                std::thread::sleep(Duration::from_millis(if i == 0 { 300 } else { 2 }));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert!(r.calls >= 10, "{} calls", r.calls);
+        // Counting from the end of the warm-up would give at least 0.34 s.
+        assert!(r.seconds < 0.25, "measured span {} s", r.seconds);
+        assert!(r.seconds >= 0.05, "measured span {} s", r.seconds);
+    }
 }
