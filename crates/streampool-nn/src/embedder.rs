@@ -157,8 +157,39 @@ impl SentenceEmbedder {
     /// Reads `[rows, dim]` embeddings back and appends them row by row.
     fn read_rows(&self, embeddings: &Tensor, out: &mut Vec<Vec<f32>>) -> Result<()> {
         let flat = embeddings.to_vec::<f32>()?;
+        self.check_finite(&flat)?;
         out.extend(flat.chunks_exact(self.dim()).map(<[f32]>::to_vec));
         Ok(())
+    }
+
+    /// Fails with [`Error::NonFinite`] if any embedding value is infinite or NaN. Half
+    /// precision stores activations past its range as infinities (IEEE rounding, as PyTorch
+    /// does), which layer norm turns into NaN; this turns such a result into an error instead
+    /// of vectors of NaN. [`SentenceEmbedder::embed`] calls it on everything it returns.
+    ///
+    /// ```
+    /// # use streampool::Device;
+    /// # use streampool_nn::SentenceEmbedder;
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/tiny-bert");
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), dir)?;
+    /// assert!(emb.check_finite(&[0.5, -0.25]).is_ok());
+    /// assert!(emb.check_finite(&[0.5, f32::NAN]).is_err());
+    /// # Ok::<(), streampool_nn::Error>(())
+    /// ```
+    pub fn check_finite(&self, values: &[f32]) -> Result<()> {
+        if values.iter().all(|v| v.is_finite()) {
+            return Ok(());
+        }
+        let dtype = self.model.dtype();
+        let advice = if dtype.is_half() {
+            format!(
+                "an activation exceeded the range of {dtype} (f16: 65504); \
+                 run this model in bf16 or f32 (--dtype)"
+            )
+        } else {
+            format!("computed in {dtype}; the weights or inputs hold infinities or NaNs")
+        };
+        Err(Error::NonFinite(advice))
     }
 }
 

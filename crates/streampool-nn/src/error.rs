@@ -57,6 +57,10 @@ pub enum Error {
     /// A model folder could not be found; the message says where we looked and how to fix it.
     #[error("model not found: {0}")]
     NotFound(String),
+    /// The computed embeddings hold infinities or NaNs, e.g. an f16 activation past 65504;
+    /// the message names the compute dtype and what to run instead.
+    #[error("non-finite embeddings: {0}")]
+    NonFinite(String),
 }
 
 /// `Result` with [`Error`].

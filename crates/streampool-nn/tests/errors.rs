@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use safetensors::SafeTensors;
 use streampool::Device;
 use streampool_nn::{
-    find_minilm, tiny_bert_dir, BertConfig, BertInput, BertModel, BertTokenizer, Error,
-    SentenceEmbedder, WeightFile, MINILM_DIR_ENV,
+    find_minilm, tiny_bert_dir, BertConfig, BertInput, BertModel, BertTokenizer, ComputeDType,
+    Error, SentenceEmbedder, WeightFile, MINILM_DIR_ENV,
 };
 
 /// A fresh folder holding a copy of tiny-bert's files, removed when dropped.
@@ -223,4 +223,55 @@ fn find_minilm_reports_a_bad_override() {
         msg.contains(MINILM_DIR_ENV) && msg.contains("/nonexistent/minilm"),
         "{msg}"
     );
+}
+
+/// f16 activations past 65504 become infinities on store and NaN after layer norm: `embed`
+/// reports that as an error naming the dtype instead of returning NaN vectors; the same
+/// weights in f32 give finite unit vectors.
+#[test]
+fn half_precision_overflow_is_an_error_not_nan() {
+    let dir = scratch("overflow");
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let scaled_name = "embeddings.word_embeddings.weight";
+    // tiny-bert stores f16; the scaled table is written as f32 (its values, up to about
+    // 1e6, fit f32 but not f16).
+    let view = st.tensor(scaled_name).unwrap();
+    assert_eq!(view.dtype(), safetensors::Dtype::F16);
+    let shape = view.shape().to_vec();
+    let scaled: Vec<u8> = view
+        .data()
+        .chunks_exact(2)
+        .flat_map(|b| (half::f16::from_le_bytes([b[0], b[1]]).to_f32() * 1e7).to_le_bytes())
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            if name == scaled_name {
+                let v = safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    shape.clone(),
+                    &scaled,
+                )
+                .unwrap();
+                (name, v)
+            } else {
+                (name, view)
+            }
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &path).unwrap();
+
+    let texts = ["an input that overflows in f16"];
+    let f32_emb = SentenceEmbedder::load_with(&Device::cpu(), &*dir, ComputeDType::F32).unwrap();
+    let v = f32_emb.embed(&texts).unwrap();
+    assert!(v[0].iter().all(|x| x.is_finite()), "f32 stays finite");
+
+    let f16_emb = SentenceEmbedder::load_with(&Device::cpu(), &*dir, ComputeDType::F16).unwrap();
+    let err = f16_emb.embed(&texts).unwrap_err();
+    assert!(matches!(err, Error::NonFinite(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("f16") && msg.contains("bf16 or f32"), "{msg}");
 }

@@ -50,6 +50,8 @@ impl BatchModel for EmbedBatch {
             let hidden = self.embedder.model().forward(&input)?;
             mean_pool(&hidden, input.attention_mask())?.to_vec::<f32>()?
         };
+        // A half-precision overflow becomes an error for the batch, never NaN in a response.
+        self.embedder.check_finite(&flat)?;
         let mut rows: Vec<Vec<f32>> = flat
             .chunks_exact(self.embedder.dim())
             .map(<[f32]>::to_vec)
