@@ -59,8 +59,9 @@ rm -rf "$out"
 mkdir -p "$out"
 
 # Build once; cargo reports each test executable in its JSON messages. STRESS_PROFILE=dev
-# takes the debug binaries of `cargo test --workspace` (the same build, so nothing is
-# compiled again after it: what CI does); the default is a release build of each suite.
+# takes the binaries of `cargo test --workspace` (test profile, opt-level 2: the same build,
+# so nothing is compiled again after it; what CI does); the default is a release build of
+# each suite.
 pick='
 import json, sys
 def package(pid):
