@@ -670,9 +670,9 @@ impl Graph {
             let copy = Kernel::Copy {
                 src: Strided {
                     ptr: t.ptr(),
-                    strides: t.layout().strides.to_vec(),
+                    strides: t.layout().strides.clone(),
                 },
-                shape: st.shape.clone(),
+                shape: Dims::from_slice(&st.shape),
                 out: st.ptr,
                 elem_size: st.dtype.size(),
             };
@@ -689,8 +689,12 @@ impl Graph {
                 shape: Dims::from_slice(&o.shape),
                 dtype: o.dtype,
             };
-            let (ptr, strides, shape, elem_size) =
-                (o.ptr, o.strides.clone(), o.shape.clone(), o.dtype.size());
+            let (ptr, strides, shape, elem_size) = (
+                o.ptr,
+                Dims::from_slice(&o.strides),
+                Dims::from_slice(&o.shape),
+                o.dtype.size(),
+            );
             let out = launch_on(&self.stream, &[], spec, |p| Kernel::Copy {
                 src: Strided { ptr, strides },
                 shape,

@@ -9,6 +9,7 @@
 //! contiguous and row-major.
 
 use crate::device_ptr::DevicePtr;
+use crate::tensor::Dims;
 use crate::DType;
 
 /// A strided view of an input of the kernel's dtype (for `Copy`, of any width): element `idx` (a multi-index
@@ -17,7 +18,7 @@ use crate::DType;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Strided {
     pub ptr: DevicePtr,
-    pub strides: Vec<usize>,
+    pub strides: Dims,
 }
 
 /// One matmul operand of shape `[batch, rows, cols]`: element `(b, r, c)` is at
@@ -110,7 +111,7 @@ pub enum Kernel {
     /// Gathers a strided view of `shape` into contiguous `out`; `elem_size` bytes per element.
     Copy {
         src: Strided,
-        shape: Vec<usize>,
+        shape: Dims,
         out: DevicePtr,
         elem_size: usize,
     },
@@ -142,7 +143,7 @@ pub enum Kernel {
         op: BinaryOp,
         a: Strided,
         b: Strided,
-        shape: Vec<usize>,
+        shape: Dims,
         out: DevicePtr,
         dtype: DType,
     },

@@ -671,7 +671,8 @@ impl Launcher<'_> {
 /// operands and dropping extent-1 dimensions, into at most [`MAX_DIMS`] dimensions.
 fn dims(shape: &[usize], a: &Strided, b: &Strided, device: &str) -> Result<Dims> {
     // (extent, stride a, stride b), outermost first, extent-1 dims dropped.
-    let mut merged: Vec<(usize, usize, usize)> = Vec::with_capacity(shape.len());
+    // Inline up to 8 dimensions: no heap allocation per strided launch.
+    let mut merged: smallvec::SmallVec<[(usize, usize, usize); 8]> = smallvec::SmallVec::new();
     for (i, &n) in shape.iter().enumerate() {
         if n == 1 {
             continue;
@@ -721,7 +722,7 @@ mod tests {
     fn strided(strides: &[usize]) -> Strided {
         Strided {
             ptr: DevicePtr(0),
-            strides: strides.to_vec(),
+            strides: strides.into(),
         }
     }
 

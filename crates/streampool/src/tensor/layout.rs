@@ -77,14 +77,14 @@ impl Layout {
     }
 
     /// Strides that read this layout as if broadcast to `target` (zero on broadcast dims).
-    pub fn broadcast_strides(&self, target: &[usize]) -> Result<Vec<usize>> {
+    pub fn broadcast_strides(&self, target: &[usize]) -> Result<Dims> {
         let extra = target.len().checked_sub(self.shape.len()).ok_or_else(|| {
             Error::shape(
                 "broadcast",
                 format!("cannot broadcast {:?} to {:?}", self.shape, target),
             )
         })?;
-        let mut out = vec![0; target.len()];
+        let mut out = Dims::from_elem(0, target.len());
         for (i, (&d, &s)) in self.shape.iter().zip(&self.strides).enumerate() {
             let t = target[extra + i];
             out[extra + i] = if d == t {
@@ -148,12 +148,12 @@ pub(crate) fn checked_byte_size(
 ///
 /// ```
 /// use streampool::tensor::broadcast_shapes;
-/// assert_eq!(broadcast_shapes("add", &[2, 1, 3], &[4, 3]).unwrap(), vec![2, 4, 3]);
+/// assert_eq!(broadcast_shapes("add", &[2, 1, 3], &[4, 3]).unwrap().as_slice(), &[2, 4, 3]);
 /// assert!(broadcast_shapes("add", &[2, 3], &[4, 3]).is_err());
 /// ```
-pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Dims> {
     let n = a.len().max(b.len());
-    let mut out = vec![0; n];
+    let mut out = Dims::from_elem(0, n);
     for i in 0..n {
         let da = if i + a.len() >= n {
             a[i + a.len() - n]

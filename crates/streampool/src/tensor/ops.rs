@@ -80,9 +80,9 @@ impl Tensor {
         launch(self.device(), &[self], spec, |o| Kernel::Copy {
             src: Strided {
                 ptr,
-                strides: l.strides.to_vec(),
+                strides: l.strides.clone(),
             },
-            shape: l.shape.to_vec(),
+            shape: l.shape.clone(),
             out: o,
             elem_size,
         })
