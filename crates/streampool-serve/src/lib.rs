@@ -53,8 +53,12 @@
 //! # }
 //! ```
 
+mod auth;
+mod body;
 mod config;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kserve;
 mod metrics;
 mod models;
@@ -63,13 +67,15 @@ mod server;
 mod state;
 mod tei;
 
+pub use auth::ApiKey;
+pub use body::Body;
 pub use config::ServeConfig;
 pub use error::{Error, Result};
 pub use metrics::Metrics;
 pub use models::{
     EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,
 };
-pub use server::{router, Server, ServerHandle};
+pub use server::{harden, router, routes, Server, ServerHandle};
 pub use state::AppState;
 /// The batch-queue settings of [`ServeConfig::batch`], re-exported for convenience.
 pub use streampool_batch::BatchConfig;

@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -12,6 +10,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::body::Body;
 use crate::models::ServedModel;
 use crate::state::AppState;
 use crate::{Error, Result};
@@ -68,9 +67,9 @@ impl IntoResponse for OpenAiError {
 /// included.
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
-    body: std::result::Result<Bytes, BytesRejection>,
+    body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, OpenAiError> {
-    let body = body.map_err(|r| state.body_error(r))?;
+    let Body(body) = body?;
     let req: EmbeddingsRequest = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("malformed embeddings request: {e}")))?;
     let name = match req.model.as_deref() {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType, SentenceEmbedder};
-use streampool_serve::{BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
+use streampool_serve::{ApiKey, BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
 
 /// Arguments of `streampool serve`.
 #[derive(clap::Args)]
@@ -53,6 +53,31 @@ pub struct Args {
     /// Most inputs per request (more: 400).
     #[arg(long, default_value_t = 256)]
     max_inputs: usize,
+    /// Most tensor elements per KServe request, summed over its inputs (more: 413, checked
+    /// before anything is allocated).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_elements: usize,
+    /// Seconds a client may take to send a request body (slower: 408, connection closed).
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout_s: f64,
+    /// Require `Authorization: Bearer <key>` on every inference and model route, with the
+    /// key in the first line of this file (e.g. a mounted Kubernetes Secret). Health probes
+    /// stay open; /metrics too unless --protect-metrics. Serve TLS in front (ingress,
+    /// balancer): the key is otherwise sent in clear.
+    #[arg(long, value_name = "FILE", conflicts_with = "api_key")]
+    api_key_file: Option<PathBuf>,
+    /// The API key itself, as --api-key-file describes. Prefer the environment variable or
+    /// the file: a key on the command line shows in process listings.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "STREAMPOOL_API_KEY",
+        hide_env_values = true
+    )]
+    api_key: Option<String>,
+    /// Require the API key on /metrics as well.
+    #[arg(long)]
+    protect_metrics: bool,
     /// Longest input in tokens [default: the model's own limit].
     #[arg(long)]
     max_seq_len: Option<usize>,
@@ -126,10 +151,30 @@ pub fn run(args: Args) -> Result<()> {
     for specs in per_device {
         models.extend(specs?);
     }
+    let api_key = match (&args.api_key_file, &args.api_key) {
+        (Some(file), _) => Some(ApiKey::from_file(file)?),
+        (None, Some(key)) => Some(ApiKey::new(key).context("--api-key / STREAMPOOL_API_KEY")?),
+        (None, None) => None,
+    };
+    if args.protect_metrics && api_key.is_none() {
+        anyhow::bail!("--protect-metrics needs an API key (--api-key-file or STREAMPOOL_API_KEY)");
+    }
+    if api_key.is_none() && !args.host.is_loopback() {
+        eprintln!(
+            "warning: serving on {} without an API key: anyone who reaches the port may call \
+             the models (--api-key-file)",
+            args.host
+        );
+    }
     let config = ServeConfig {
         addr: SocketAddr::new(args.host, args.port),
         max_body_bytes: args.max_body_bytes,
         max_inputs: args.max_inputs,
+        max_elements: args.max_elements,
+        body_timeout: Duration::try_from_secs_f64(args.body_timeout_s)
+            .context("--body-timeout-s")?,
+        api_key,
+        protect_metrics: args.protect_metrics,
         max_seq_len: args.max_seq_len,
         truncate: args.truncate,
         request_timeout: Duration::try_from_secs_f64(args.timeout_s).context("--timeout-s")?,

@@ -28,15 +28,19 @@ struct EmbedBatch {
     embedder: Arc<SentenceEmbedder>,
 }
 
+/// One request's embedding, or why it has none: a non-finite row (e.g. a half-precision
+/// overflow) fails its own request only, not the others of its batch.
+type EmbedOutput = std::result::Result<Vec<f32>, String>;
+
 impl BatchModel for EmbedBatch {
     type Input = EmbedRequest;
-    type Output = Vec<f32>;
+    type Output = EmbedOutput;
 
     fn forward_batch(
         &self,
         inputs: Vec<EmbedRequest>,
         _ctx: &BatchContext,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    ) -> Result<Vec<EmbedOutput>, ModelError> {
         // Padded to the batch's longest input rather than to the bucket: every input of the
         // batch fits either way, and the padding is masked, so the shorter pad only saves work.
         let (ids, normalize): (Vec<Vec<i64>>, Vec<bool>) =
@@ -50,8 +54,6 @@ impl BatchModel for EmbedBatch {
             let hidden = self.embedder.model().forward(&input)?;
             mean_pool(&hidden, input.attention_mask())?.to_vec::<f32>()?
         };
-        // A half-precision overflow becomes an error for the batch, never NaN in a response.
-        self.embedder.check_finite(&flat)?;
         let mut rows: Vec<Vec<f32>> = flat
             .chunks_exact(self.embedder.dim())
             .map(<[f32]>::to_vec)
@@ -66,7 +68,15 @@ impl BatchModel for EmbedBatch {
                 *row = l2_normalize(&x)?.to_vec::<f32>()?;
             }
         }
-        Ok(rows)
+        // A half-precision overflow becomes an error for its own request, never NaN in a
+        // response.
+        Ok(rows
+            .into_iter()
+            .map(|row| match self.embedder.check_finite(&row) {
+                Ok(()) => Ok(row),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect())
     }
 
     fn check_input(&self, r: &EmbedRequest) -> Result<(), ModelError> {
@@ -272,6 +282,14 @@ impl EmbedderEndpoint {
             .into_iter()
             .map(|ids| EmbedRequest { ids, normalize })
             .collect();
-        super::run_all(&self.replicas, requests, deadline)
+        let answers = super::run_all(&self.replicas, requests, deadline);
+        async move {
+            answers
+                .await?
+                .into_iter()
+                .enumerate()
+                .map(|(i, row)| row.map_err(|e| Error::NonFinite(format!("input {i}: {e}"))))
+                .collect()
+        }
     }
 }
