@@ -33,6 +33,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// Environment variable setting the number of tokenization threads (default: the host's
@@ -111,6 +113,37 @@ impl TokenizePool {
     /// panic in `op` is resumed on the caller.
     pub fn install<R: Send>(&self, op: impl FnOnce() -> R + Send) -> R {
         self.pool.install(op)
+    }
+
+    /// `f` over `items`, results in order; the first error in item order fails the whole
+    /// call. On one of this pool's threads the items are spread over the pool (rayon hands
+    /// them out as threads come free); on any other thread they run serially there. So the
+    /// caller picks where the work runs by where it calls from: small work inline, large
+    /// work handed to the pool with [`Self::spawn`] or [`Self::install`] first.
+    ///
+    /// ```
+    /// use streampool_nn::TokenizePool;
+    /// let pool = TokenizePool::new(2).unwrap();
+    /// let square = |x: &i32| if *x < 0 { Err("negative") } else { Ok(x * x) };
+    /// assert_eq!(pool.install(|| pool.map(&[1, 2, 3], square)), Ok(vec![1, 4, 9]));
+    /// assert_eq!(pool.map(&[1, -2, -3], square), Err("negative"));
+    /// ```
+    pub fn map<T, R, E>(
+        &self,
+        items: &[T],
+        f: impl Fn(&T) -> std::result::Result<R, E> + Sync + Send,
+    ) -> std::result::Result<Vec<R>, E>
+    where
+        T: Sync,
+        R: Send,
+        E: Send,
+    {
+        if items.len() < 2 || !self.on_pool_thread() {
+            return items.iter().map(f).collect();
+        }
+        let results: Vec<std::result::Result<R, E>> =
+            self.install(|| items.par_iter().map(&f).collect());
+        results.into_iter().collect()
     }
 
     /// Runs `job` on the pool without waiting (hand results back through a channel, e.g. a
