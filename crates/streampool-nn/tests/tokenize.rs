@@ -165,6 +165,16 @@ fn truncation_and_padding_settings_are_tokenizers_own() {
     let mut json = base.clone();
     json["normalizer"]["lowercase"] = false.into();
     assert_same_as_tokenizers(&load(&json, 64), &ascii);
+    // Padding with a non-zero type id: rows carry type ids, so batches are tokenizers' own.
+    let mut json = base.clone();
+    json["padding"]["pad_type_id"] = 1.into();
+    let tok = load(&json, 64);
+    assert!(!tok.has_fast_path());
+    let batch = refs(&ascii[..40]);
+    let want = tok.encode_batch_general(&batch).unwrap();
+    assert!(want.token_type_ids().contains(&1));
+    assert_eq!(tok.encode_batch(&batch).unwrap(), want);
+    assert_eq!(tok.encode_batch_serial(&batch).unwrap(), want);
     // A pipeline the fast path does not replay (clean_text off) goes through tokenizers.
     let mut json = base;
     json["normalizer"]["clean_text"] = false.into();
