@@ -223,6 +223,15 @@ impl BertTokenizer {
 
     /// [`Self::encode_batch`] on the calling thread only (no pool; a tokenizer whose rows
     /// carry type ids still uses `tokenizers`' own parallelism).
+    ///
+    /// ```
+    /// use streampool_nn::{tiny_bert_dir, BertTokenizer, TokenizePool};
+    /// let tok = BertTokenizer::from_file(tiny_bert_dir().join("tokenizer.json"), 128).unwrap();
+    /// let texts = ["Hello, world!", "naïve café", "a [MASK] token", ""];
+    /// let serial = tok.encode_batch_serial(&texts).unwrap();
+    /// assert_eq!(serial, tok.encode_batch_general(&texts).unwrap()); // tokenizers' own
+    /// assert_eq!(serial, tok.encode_batch_with(&texts, TokenizePool::global()).unwrap());
+    /// ```
     pub fn encode_batch_serial(&self, texts: &[&str]) -> Result<BertInput> {
         check_batch(texts)?;
         if self.typed {

@@ -150,6 +150,16 @@ impl TokenizePool {
     /// `tokio::sync::oneshot` that an async task awaits). A panic in `job` is caught and
     /// reported on stderr; whatever `job` owned (such as the channel's sender) is dropped,
     /// so a waiting receiver sees a closed channel rather than hanging.
+    ///
+    /// ```
+    /// use streampool_nn::{tiny_bert_dir, BertTokenizer, TokenizePool};
+    /// let tok = BertTokenizer::from_file(tiny_bert_dir().join("tokenizer.json"), 128).unwrap();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// TokenizePool::global().spawn(move || {
+    ///     let _ = tx.send(tok.encode_ids("handed to the pool"));
+    /// });
+    /// assert_eq!(rx.recv().unwrap().unwrap().len(), 6);
+    /// ```
     pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
         self.pool.spawn(move || {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
