@@ -6,8 +6,7 @@ use std::sync::Arc;
 use streampool::Device;
 use streampool_batch::{BatchConfig, BatchContext, BatchModel, ModelError, Replicas};
 use streampool_nn::pooling::{l2_normalize, mean_pool};
-use streampool_nn::{BertInput, SentenceEmbedder};
-use tokenizers::Tokenizer;
+use streampool_nn::{BertInput, BertTokenizer, SentenceEmbedder, TokenizePool};
 
 use crate::{Error, Result, ServeConfig};
 
@@ -104,9 +103,9 @@ impl BatchModel for EmbedBatch {
 /// replicas (one batch queue each) that requests are routed to.
 pub struct EmbedderEndpoint {
     /// Counts tokens with no truncation, so an over-long input is seen as such.
-    full: Tokenizer,
+    full: BertTokenizer,
     /// Truncates to `max_seq_len` (used only for inputs found too long, when truncating).
-    truncating: Tokenizer,
+    truncating: BertTokenizer,
     max_seq_len: usize,
     truncate: bool,
     vocab_size: usize,
@@ -139,18 +138,14 @@ impl EmbedderEndpoint {
         }
         let model_max = embedder.tokenizer().max_len();
         let max_seq_len = config.max_seq_len.unwrap_or(model_max).min(model_max);
-        let tokenizer = |truncation| -> Result<Tokenizer> {
-            let mut t = embedder.tokenizer().inner().clone();
-            t.with_padding(None);
-            t.with_truncation(truncation)
-                .map_err(|e| Error::Config(format!("tokenizer truncation: {e}")))?;
-            Ok(t)
+        // The embedder's own tokenizer, with other limits: its fast path and the results of
+        // `tokenizers` (`BertTokenizer`), as the embedder tokenizes in process.
+        let tokenizer = |max_len| {
+            BertTokenizer::new(embedder.tokenizer().inner().clone(), max_len)
+                .map_err(|e| Error::Config(format!("tokenizer: {e}")))
         };
-        let full = tokenizer(None)?;
-        let truncating = tokenizer(Some(tokenizers::TruncationParams {
-            max_length: max_seq_len,
-            ..Default::default()
-        }))?;
+        let full = tokenizer(usize::MAX)?;
+        let truncating = tokenizer(max_seq_len)?;
         let mut buckets: Vec<usize> = BUCKETS.into_iter().filter(|&b| b < max_seq_len).collect();
         buckets.push(max_seq_len);
         let batch = BatchConfig {
@@ -205,25 +200,29 @@ impl EmbedderEndpoint {
 
     /// [`EmbedderEndpoint::tokenize`] with the request's own choice to truncate.
     pub fn tokenize_with(&self, text: &str, truncate: bool) -> Result<Vec<i64>> {
-        let widen = |e: tokenizers::Encoding| e.get_ids().iter().map(|&x| i64::from(x)).collect();
-        let enc = self
-            .full
-            .encode(text, true)
-            .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))?;
-        if enc.len() <= self.max_seq_len {
-            return Ok(widen(enc));
+        let encode = |tok: &BertTokenizer| {
+            tok.encode_ids(text)
+                .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
+        };
+        let ids = encode(&self.full)?;
+        if ids.len() <= self.max_seq_len {
+            return Ok(ids);
         }
         if !truncate {
             return Err(Error::InputTooLong(format!(
                 "input of {} tokens exceeds the maximum of {} (not truncating)",
-                enc.len(),
+                ids.len(),
                 self.max_seq_len
             )));
         }
-        self.truncating
-            .encode(text, true)
-            .map(widen)
-            .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
+        encode(&self.truncating)
+    }
+
+    /// [`EmbedderEndpoint::tokenize_with`] for every text, in order; the first error (in
+    /// text order) fails the whole request. Spread over the tokenization pool's threads
+    /// when called on one of them (as the server does for large requests), else serial.
+    pub fn tokenize_many(&self, texts: &[String], truncate: bool) -> Result<Vec<Vec<i64>>> {
+        TokenizePool::global().map(texts, |t| self.tokenize_with(t, truncate))
     }
 
     /// Checks (and maybe truncates, as the server's `truncate` setting says) a sequence of
