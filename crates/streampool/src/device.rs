@@ -255,6 +255,21 @@ impl Device {
         first
     }
 
+    /// Builds the device's kernels now instead of at the first launch, so a server can
+    /// build them in the background while it reads weights, and a start-up log can time
+    /// them. On CUDA: compiles `kernels.cu` with NVRTC, or loads the cubin an earlier
+    /// process left in the on-disk cache ([`DiskCache::kernels_from_env`](crate::DiskCache::kernels_from_env));
+    /// threads launching meanwhile wait for this one build. Nothing to do on the CPU and
+    /// wgpu. Errors are those the first launch would have returned.
+    ///
+    /// ```
+    /// let dev = streampool::Device::cpu();
+    /// dev.load_kernels().unwrap();
+    /// ```
+    pub fn load_kernels(&self) -> Result<()> {
+        self.0.backend.load_kernels()
+    }
+
     /// A snapshot of the caching allocator's statistics.
     pub fn allocator_stats(&self) -> AllocatorStats {
         self.0.allocator.stats()

@@ -8,7 +8,8 @@
 //! | event     | a `CUevent` recycled by its stream, untimed unless asked ([`event`])      |
 //! | copies    | small ones staged through pinned buffers and an upload ring ([`staging`]) |
 //! | memory    | plain `cuMemAlloc` / `cuMemFree` under the caching allocator               |
-//! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`kernels`])             |
+//! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`module`], [`nvrtc`])   |
+//! |           | to a cubin kept on disk for the next process ([`DiskCache`])             |
 //! | matmul    | cuBLAS, one handle and workspace per stream ([`blas`])                    |
 //!
 //! Memory is raw device pointers managed by our caching allocator, so cudarc's per-slice event
@@ -28,6 +29,8 @@ pub(crate) mod blas;
 pub(crate) mod blas_lt;
 pub(crate) mod event;
 pub(crate) mod kernels;
+pub(crate) mod module;
+pub(crate) mod nvrtc;
 pub(crate) mod staging;
 pub(crate) mod stream;
 
@@ -41,7 +44,7 @@ use cudarc::driver::{result, CudaContext};
 
 use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
 use crate::sync::{Arc, Mutex};
-use crate::{Device, DeviceConfig, DeviceKind, Error, KernelCache, Result};
+use crate::{Device, DeviceConfig, DeviceKind, DiskCache, Error, KernelCache, Result};
 
 /// What a CUDA device shares with its streams.
 pub(crate) struct Shared {
@@ -56,7 +59,20 @@ pub(crate) struct Shared {
     /// How the host waits for events (`STREAMPOOL_CUDA_WAIT`).
     pub(crate) wait: event::WaitPolicy,
     /// NVRTC modules, built once per device and shared by every stream and thread.
-    pub(crate) kernels: KernelCache<&'static str, kernels::Module>,
+    pub(crate) kernels: KernelCache<&'static str, module::Module>,
+    /// Where compiled kernels are kept between processes (`None`: off), from the
+    /// environment at open ([`DiskCache::kernels_from_env`]).
+    pub(crate) kernel_disk: Option<DiskCache>,
+}
+
+impl Shared {
+    /// `kernels.cu`'s module, built by the first caller (see [`module::Module::build`]);
+    /// concurrent callers wait for that build.
+    pub(crate) fn module(&self) -> Result<Arc<module::Module>> {
+        self.kernels.get_or_build("kernels.cu", || {
+            module::Module::build(&self.ctx, &self.name, self.kernel_disk.as_ref())
+        })
+    }
 }
 
 /// One GPU.
@@ -135,6 +151,7 @@ impl CudaDevice {
                 ctx,
                 name,
                 kernels: KernelCache::new(),
+                kernel_disk: DiskCache::kernels_from_env(),
             }),
         })
     }
@@ -193,6 +210,10 @@ impl BackendDevice for CudaDevice {
         // A `cuEventRecord` per op output would cost more than many small kernels; record
         // the write event lazily, on the first read from another stream.
         false
+    }
+
+    fn load_kernels(&self) -> Result<()> {
+        self.shared.module().map(drop)
     }
 
     fn as_any(&self) -> &dyn Any {
