@@ -13,7 +13,7 @@
 //! | allocator | caching, per-stream lists, heap blocks       | caching, per-stream lists, `cuMemAlloc` | caching, per-stream lists, one storage buffer per block |
 //! | pointer   | a host address                               | a `CUdeviceptr`                         | buffer id + byte offset (`device_ptr.rs`)          |
 //! | [`Tensor`]| `f32` kernels in Rust, `matrixmultiply`      | NVRTC kernels, cuBLAS                   | WGSL kernels (f32; f16 with `SHADER_F16`, no bf16), register-blocked matmul |
-//! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device     | pipelines built once per device, shared by threads |
+//! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device; cubins kept on disk ([`DiskCache`]) | pipelines built once per device, shared by threads |
 //!
 //! ```
 //! use std::sync::Arc;
