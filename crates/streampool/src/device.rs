@@ -9,7 +9,7 @@ use crate::stream_pool::{self, StreamPool};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sync::Arc;
-use crate::{Result, Stream};
+use crate::{KernelCacheDir, Result, Stream};
 
 /// Which backend a device runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,6 +32,10 @@ pub struct DeviceConfig {
     pub memory_limit: Option<usize>,
     /// When the runtime records the events behind cross-stream safety.
     pub events: EventPolicy,
+    /// Where compiled kernels are kept between processes (CUDA's NVRTC cubins; the CPU
+    /// and wgpu backends keep none). Default: as the environment says
+    /// ([`DiskCache::kernels_from_env`](crate::DiskCache::kernels_from_env)).
+    pub kernel_cache: KernelCacheDir,
 }
 
 impl Default for DeviceConfig {
@@ -40,6 +44,7 @@ impl Default for DeviceConfig {
             pool_size: 32,
             memory_limit: None,
             events: EventPolicy::Auto,
+            kernel_cache: KernelCacheDir::FromEnv,
         }
     }
 }

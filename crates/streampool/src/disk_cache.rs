@@ -53,6 +53,38 @@ const TEMP_EXT: &str = "tmp";
 /// A temporary file older than this is a crashed writer's leftover.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 
+/// Where a device keeps compiled kernels between processes ([`DeviceConfig::kernel_cache`]
+/// (crate::DeviceConfig::kernel_cache); used by the CUDA backend for its NVRTC cubins).
+///
+/// ```
+/// use streampool::{DeviceConfig, KernelCacheDir};
+/// let config = DeviceConfig { kernel_cache: KernelCacheDir::Off, ..DeviceConfig::default() };
+/// assert_eq!(config.kernel_cache.resolve(), None);
+/// let dir = KernelCacheDir::Dir("/var/cache/sp".into()).resolve().unwrap();
+/// assert_eq!(dir.dir(), std::path::Path::new("/var/cache/sp"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum KernelCacheDir {
+    /// As the environment says ([`DiskCache::kernels_from_env`]): the default.
+    #[default]
+    FromEnv,
+    /// This folder, whatever the environment says.
+    Dir(PathBuf),
+    /// No disk cache: every process compiles its kernels.
+    Off,
+}
+
+impl KernelCacheDir {
+    /// The cache this setting names, if any.
+    pub fn resolve(&self) -> Option<DiskCache> {
+        match self {
+            KernelCacheDir::FromEnv => DiskCache::kernels_from_env(),
+            KernelCacheDir::Dir(dir) => Some(DiskCache::new(dir)),
+            KernelCacheDir::Off => None,
+        }
+    }
+}
+
 /// A folder of immutable values keyed by byte strings, safe to share between threads and
 /// processes (see the module documentation for how).
 ///

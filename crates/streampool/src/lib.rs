@@ -68,7 +68,7 @@ pub use self::wgpu::{
 };
 pub use allocator::AllocatorStats;
 pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
-pub use disk_cache::DiskCache;
+pub use disk_cache::{DiskCache, KernelCacheDir};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use event::Event;

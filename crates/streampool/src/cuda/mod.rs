@@ -44,7 +44,9 @@ use cudarc::driver::{result, CudaContext};
 
 use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
 use crate::sync::{Arc, Mutex};
-use crate::{Device, DeviceConfig, DeviceKind, DiskCache, Error, KernelCache, Result};
+use crate::{
+    Device, DeviceConfig, DeviceKind, DiskCache, Error, KernelCache, KernelCacheDir, Result,
+};
 
 /// What a CUDA device shares with its streams.
 pub(crate) struct Shared {
@@ -60,8 +62,8 @@ pub(crate) struct Shared {
     pub(crate) wait: event::WaitPolicy,
     /// NVRTC modules, built once per device and shared by every stream and thread.
     pub(crate) kernels: KernelCache<&'static str, module::Module>,
-    /// Where compiled kernels are kept between processes (`None`: off), from the
-    /// environment at open ([`DiskCache::kernels_from_env`]).
+    /// Where compiled kernels are kept between processes (`None`: off), from
+    /// [`DeviceConfig::kernel_cache`] at open.
     pub(crate) kernel_disk: Option<DiskCache>,
 }
 
@@ -115,7 +117,7 @@ pub(crate) fn bind(ctx: &CudaContext) -> std::result::Result<(), DriverError> {
 
 impl CudaDevice {
     /// Opens GPU `ordinal`, or says why it cannot (never panics when CUDA is absent).
-    fn open(ordinal: usize) -> Result<Self> {
+    fn open(ordinal: usize, kernel_cache: &KernelCacheDir) -> Result<Self> {
         let unavailable = |what: &str| Error::Unavailable(format!("cuda:{ordinal}: {what}"));
         // SAFETY: only tries to load the shared libraries; nothing is called through them.
         let libs = unsafe {
@@ -151,7 +153,7 @@ impl CudaDevice {
                 ctx,
                 name,
                 kernels: KernelCache::new(),
-                kernel_disk: DiskCache::kernels_from_env(),
+                kernel_disk: kernel_cache.resolve(),
             }),
         })
     }
@@ -265,7 +267,7 @@ impl Device {
     /// A new, separate device on CUDA GPU `ordinal` with its own streams, allocator and
     /// kernel cache (e.g. with a memory limit). It shares the GPU's primary context.
     pub fn cuda_with(ordinal: usize, config: DeviceConfig) -> Result<Device> {
-        let backend = CudaDevice::open(ordinal)?;
+        let backend = CudaDevice::open(ordinal, &config.kernel_cache)?;
         Device::with_backend(
             Device::next_id(),
             DeviceKind::Cuda(ordinal),
