@@ -43,6 +43,7 @@ use cudarc::driver::sys::CUresult;
 use cudarc::driver::{result, CudaContext};
 
 use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
+use crate::phases::timed;
 use crate::sync::{Arc, Mutex};
 use crate::{
     Device, DeviceConfig, DeviceKind, DiskCache, Error, KernelCache, KernelCacheDir, Result,
@@ -119,8 +120,10 @@ impl CudaDevice {
     /// Opens GPU `ordinal`, or says why it cannot (never panics when CUDA is absent).
     fn open(ordinal: usize, kernel_cache: &KernelCacheDir) -> Result<Self> {
         let unavailable = |what: &str| Error::Unavailable(format!("cuda:{ordinal}: {what}"));
+        // Timed (`crate::phases`): loading libcublas (and the libcublasLt it pulls in, some
+        // hundreds of MB) can be a visible part of a cold start.
         // SAFETY: only tries to load the shared libraries; nothing is called through them.
-        let libs = unsafe {
+        let libs = timed("CUDA libraries loaded", || unsafe {
             [
                 (
                     "libcuda (the NVIDIA driver)",
@@ -129,17 +132,18 @@ impl CudaDevice {
                 ("libnvrtc", cudarc::nvrtc::sys::is_culib_present()),
                 ("libcublas", cudarc::cublas::sys::is_culib_present()),
             ]
-        };
+        });
         if let Some((lib, _)) = libs.iter().find(|(_, present)| !present) {
             return Err(unavailable(&format!("{lib} not found")));
         }
-        result::init().map_err(|e| unavailable(&format!("cuInit failed: {e:?}")))?;
+        timed("cuInit", result::init).map_err(|e| unavailable(&format!("cuInit failed: {e:?}")))?;
         let count = result::device::get_count()
             .map_err(|e| unavailable(&format!("no device count: {e:?}")))?;
         if ordinal >= count.max(0) as usize {
             return Err(unavailable(&format!("only {count} CUDA device(s) present")));
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| unavailable(&format!("{e:?}")))?;
+        let ctx = timed("CUDA context created", || CudaContext::new(ordinal))
+            .map_err(|e| unavailable(&format!("{e:?}")))?;
         // SAFETY: we create no `CudaSlice`; our allocator tracks every use itself (module doc).
         unsafe { ctx.disable_event_tracking() };
         let gpu = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
