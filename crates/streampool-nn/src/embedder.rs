@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
 use crate::pooling::{l2_normalize, mean_pool};
@@ -50,8 +51,31 @@ impl SentenceEmbedder {
         let max_len = max_seq_length(dir)?
             .unwrap_or(usize::MAX)
             .min(model.config().max_position_embeddings);
-        let tokenizer = BertTokenizer::from_file(dir.join("tokenizer.json"), max_len)?;
+        let tokenizer = timed("tokenizer loaded", || {
+            BertTokenizer::from_file(dir.join("tokenizer.json"), max_len)
+        })?;
         Self::new(tokenizer, model)
+    }
+
+    /// Runs two small batches (a short sentence; two sentences of about 100 tokens) and
+    /// waits for them, so the first requests do not pay for what a process does once: on
+    /// CUDA, the calling thread's cuBLAS handle, cuBLAS's and our kernels' lazy module
+    /// loading, the first allocations. A server calls it before it reports ready. Timed as
+    /// start-up phase `warm-up forward`.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// emb.warm_up().unwrap();
+    /// ```
+    pub fn warm_up(&self) -> Result<()> {
+        let long = "the quick brown fox jumps over the lazy dog ".repeat(11);
+        timed("warm-up forward", || {
+            self.embed(&["warm-up"])?;
+            self.embed(&[long.as_str(), long.as_str()])?;
+            Ok(())
+        })
     }
 
     /// Pairs a tokenizer with a model; the tokenizer must not produce sequences longer than

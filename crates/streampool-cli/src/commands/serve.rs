@@ -11,11 +11,22 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use streampool::phases::{timed, Phases};
 use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType, SentenceEmbedder};
 use streampool_serve::{ApiKey, BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
+
+/// `serve --help`'s closing text: start-up and the kernel cache.
+pub const AFTER_HELP: &str = "\
+Start-up: when ready, one `startup:` log line gives the time of each phase (device context, \
+kernels, weights read/uploaded/converted, tokenizer, warm-up forward, socket bound).
+
+Kernel cache (CUDA): compiled kernels (a cubin for the GPU's architecture) are kept on disk, \
+so later starts skip NVRTC. Folder: $STREAMPOOL_CACHE_DIR, else $STREAMPOOL_CACHE/kernels, \
+else $XDG_CACHE_HOME/streampool/kernels, else ~/.cache/streampool/kernels. \
+STREAMPOOL_KERNEL_CACHE=off turns it off; an unwritable folder is logged, never an error.";
 
 /// Arguments of `streampool serve`.
 #[derive(clap::Args)]
@@ -104,12 +115,19 @@ pub struct Args {
     /// >= --timeout-s and below the orchestrator's kill deadline (deploy/README.md).
     #[arg(long, default_value_t = 30.0)]
     drain_timeout_secs: f64,
+    /// Do not run the warm-up forward before listening (then the first requests pay for
+    /// cuBLAS set-up and lazy kernel loading).
+    #[arg(long)]
+    no_warm_up: bool,
 }
 
-/// Loads the models and serves until SIGINT or SIGTERM.
-pub fn run(args: Args) -> Result<()> {
+/// Loads the models and serves until SIGINT or SIGTERM. Logs one `startup:` line when
+/// ready, with the time of each start-up phase since `start`.
+pub fn run(args: Args, start: Instant) -> Result<()> {
     init_logging();
-    let devices = super::device::open_all(&args.device)?;
+    let phases = Arc::new(Phases::starting_at(start));
+    let devices =
+        phases.scope(|| timed("device context", || super::device::open_all(&args.device)))?;
     // (name, folder): a --model folder is served under its folder name; MiniLM under its
     // own name, whatever folder pip installed it in.
     let mut dirs = Vec::new();
@@ -135,8 +153,12 @@ pub fn run(args: Args) -> Result<()> {
                 let dtype = args
                     .dtype
                     .unwrap_or_else(|| super::device::default_dtype(dev));
-                let (dirs, mlp) = (&dirs, !args.no_mlp);
-                s.spawn(move || load_replicas(dev, dirs, mlp, dtype))
+                let (dirs, mlp, warm_up, phases) = (&dirs, !args.no_mlp, !args.no_warm_up, &phases);
+                s.spawn(move || {
+                    super::startup::load_with_kernels(phases, dev, || {
+                        load_replicas(dev, dirs, mlp, dtype, warm_up)
+                    })
+                })
             })
             .collect();
         loads
@@ -194,7 +216,11 @@ pub fn run(args: Args) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let served = rt.block_on(async {
+        let began = Instant::now();
         let server = Server::start(config, models).await?;
+        phases.add("queues started, socket bound", began.elapsed());
+        // The figure an autoscaler waits for (issue 19): launch to ready, phase by phase.
+        tracing::info!("startup: ready after {}", phases.summary());
         // One plain line on stdout, so scripts can learn the port when it was 0.
         let names: Vec<String> = devices.iter().map(|d| d.name()).collect();
         println!(
@@ -221,6 +247,7 @@ fn load_replicas(
     dirs: &[(String, PathBuf)],
     mlp: bool,
     dtype: ComputeDType,
+    warm_up: bool,
 ) -> Result<Vec<ModelSpec>> {
     let mut models = Vec::new();
     for (name, dir) in dirs {
@@ -231,6 +258,11 @@ fn load_replicas(
                 dev.name()
             )
         })?;
+        if warm_up {
+            embedder
+                .warm_up()
+                .with_context(|| format!("warming up {name} on {}", dev.name()))?;
+        }
         models.push(ModelSpec::Embedder {
             name: name.clone(),
             embedder: Arc::new(embedder),
