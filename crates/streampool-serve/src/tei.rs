@@ -28,6 +28,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::metrics::{phase, Phase};
 use crate::models::ServedModel;
 use crate::state::AppState;
 use crate::Error;
@@ -130,6 +131,7 @@ pub async fn embed(
     State(state): State<Arc<AppState>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<Response, TeiError> {
+    phase(Phase::Read);
     let body = body.map_err(|r| TeiError::from(state.body_error(r)))?;
     let req: EmbedRequest = serde_json::from_slice(&body)
         .map_err(|e| TeiError::validation(format!("malformed embed request: {e}")))?;
@@ -176,6 +178,7 @@ pub async fn embed(
         _ => crate::openai::parse_input(req.inputs)
             .map_err(|e| TeiError::validation(e.to_string()))?,
     };
+    phase(Phase::Parse);
     let truncate = req.truncate.unwrap_or(e.truncates());
     let too_many = |n: usize| {
         TeiError::new(
@@ -214,10 +217,14 @@ pub async fn embed(
                 .map_err(refused)?
         }
     };
+    phase(Phase::Tokenize);
     let deadline = Instant::now() + state.config.request_timeout;
     let normalize = req.normalize.unwrap_or(true);
     let vectors = e.embed_with(ids, normalize, deadline).await?;
-    Ok(Json(vectors).into_response())
+    phase(Phase::Queue);
+    let resp = Json(vectors).into_response();
+    phase(Phase::Encode);
+    Ok(resp)
 }
 
 /// `GET /info`: TEI's model and router facts for the first embedder.

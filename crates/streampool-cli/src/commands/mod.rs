@@ -4,5 +4,6 @@ pub mod bench;
 pub mod check;
 pub mod device;
 pub mod embed;
+pub mod loadgen;
 pub mod serve;
 pub mod soak;

@@ -79,6 +79,11 @@ pub struct Args {
     /// >= --timeout-s and below the orchestrator's kill deadline (deploy/README.md).
     #[arg(long, default_value_t = 30.0)]
     drain_timeout_secs: f64,
+    /// Time each embedding request's host phases (read, JSON parse, tokenization, batch
+    /// queue, response encoding) into the histogram streampool_http_phase_seconds of
+    /// /metrics (`streampool loadgen` prints the breakdown). Off by default.
+    #[arg(long)]
+    phase_timing: bool,
 }
 
 /// Loads the models and serves until SIGINT or SIGTERM.
@@ -150,6 +155,7 @@ pub fn run(args: Args) -> Result<()> {
         .context("starting the async runtime")?;
     let served = rt.block_on(async {
         let server = Server::start(config, models).await?;
+        server.state().metrics().set_phase_timing(args.phase_timing);
         // One plain line on stdout, so scripts can learn the port when it was 0.
         let names: Vec<String> = devices.iter().map(|d| d.name()).collect();
         println!(
