@@ -24,6 +24,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-.dev/streampool}
 M=${M:-.dev/minilm-fp16}
+# A dry run of this script on a CPU machine: DEVICE=cpu DTYPE=f32 M=models/tiny-bert
+# B=target/release/streampool DURATION=1 SERVER_CORES=0 LG_CORES=1 OUT=/tmp/s5 bash ...
+DEVICE=${DEVICE:-cuda}
+DTYPE=${DTYPE:-f16}
 OUT=${OUT:-bench/results/latest}
 PORT=${PORT:-18090}
 DURATION=${DURATION:-8}
@@ -49,7 +53,7 @@ pin() { # cores command...: runs pinned where taskset exists
 } | tee "$W/env.txt"
 
 # 1. The pre-tokenized forward (no server running).
-"$B" bench --device cuda --minilm "$M" --dtype f16 --workloads minilm16,minilm128 \
+"$B" bench --device "$DEVICE" --minilm "$M" --dtype "$DTYPE" --workloads minilm16,minilm128 \
     --scenarios forward --forward-batches 1,32,64,512 --seconds 1.5 --out "$W/forward" \
     >"$W/forward.log" 2>&1 || echo "forward bench failed (see forward.log)"
 
@@ -59,8 +63,14 @@ start_server() { # name extra-flags...
     shift
     local t0
     t0=$(date +%s%N)
-    pin "$SERVER_CORES" "$B" serve --device cuda --model "$M" --port "$PORT" "$@" \
-        >"$W/server-$name.log" 2>&1 &
+    # Started directly (not through a shell function), so $! is the server's own pid:
+    # taskset execs the server in place.
+    if command -v taskset >/dev/null; then
+        taskset -c "$SERVER_CORES" "$B" serve --device "$DEVICE" --model "$M" --port "$PORT" "$@" \
+            >"$W/server-$name.log" 2>&1 &
+    else
+        "$B" serve --device "$DEVICE" --model "$M" --port "$PORT" "$@" >"$W/server-$name.log" 2>&1 &
+    fi
     server=$!
     pin "$LG_CORES" "$B" loadgen --url "http://127.0.0.1:$PORT" --wait-ready 120 \
         --requests 1 --warmup 0 >/dev/null
@@ -115,14 +125,14 @@ try:
             fwd[(r["workload"], r["batch"])] = r["throughput_per_s"]
 except Exception as e:
     print(f"(no forward figures: {e})")
-print("forward, pre-tokenized f16 (sentences/s): " + ", ".join(
+print("forward, pre-tokenized (sentences/s): " + ", ".join(
     f"{k[0]} b{k[1]} {v:,.0f}" for k, v in sorted(fwd.items())))
 print()
 print("| run | route | K | text | conns | sentences/s | vs forward b512 | p50 ms | p99 ms | errors | answers | lg cpu | server cpu | batch | busy |")
 print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
 f = lambda v, p=2: "-" if v is None else f"{v:,.{p}f}"
 pts = {}
-for path in sorted(glob.glob(f"{w}/*.json")):
+for path in sorted(glob.glob(f"{w}/*.json"), key=os.path.getmtime):  # in the order run
     name = os.path.basename(path)[:-5]
     for p in json.load(open(path))["points"]:
         s = p.get("server") or {}
