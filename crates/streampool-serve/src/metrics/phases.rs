@@ -20,8 +20,10 @@
 //! What happens outside the middleware (hyper parsing the request head, writing the response
 //! to the socket) is not in any phase: compare `total` with the client's latency for it.
 //!
-//! Cost when on: one `Instant::now()` and three relaxed atomic adds per mark (about 0.1 us
-//! per request in all); when off, a handler's mark is one failed task-local lookup.
+//! Cost when on: six marks per request, each one `Instant::now()` (a vDSO clock read, some
+//! 25 ns) and three relaxed atomic adds: a fraction of a microsecond against the 30+ us of host
+//! work a request takes (an estimate, not measured apart); when off, a handler's mark is one
+//! failed task-local lookup, and the middleware does not set the task-local at all.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
