@@ -1,4 +1,12 @@
-# Attribute each sample to the innermost frame that names a category (leaf upward).
+#!/usr/bin/env python3
+"""Where a served request's CPU goes: each sample of a `perf record --call-graph dwarf` profile of
+`streampool serve` is attributed to the innermost stack frame (leaf upward) that names one of
+the categories below (forward, tokenization, JSON, HTTP, batch queue, tokio, ...), and the
+shares are printed. bench/results/served-cpu-2026-11-24/README.md has its figures.
+
+Usage: perf record -F 499 --call-graph dwarf,16384 -p SERVER_PID -o perf.data -- sleep 4
+       python3 scripts/perf_categories.py perf.data
+"""
 import sys, re, subprocess, collections
 data = sys.argv[1]
 txt = subprocess.run(["perf","script","-i",data,"-F","comm,tid,ip,sym"],capture_output=True,text=True).stdout
