@@ -25,6 +25,9 @@ enum Command {
     Serve(commands::serve::Args),
     /// Run many ops and forwards from many threads (with churn) and check every result.
     Soak(commands::soak::Args),
+    /// Load a running server (OpenAI /v1/embeddings or TEI /embed) from N keep-alive
+    /// connections and report served sentences/s, latency, errors by status and its own CPU.
+    Loadgen(commands::loadgen::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,5 +40,6 @@ fn main() -> anyhow::Result<()> {
         Command::Embed(a) => commands::embed::run(a, start),
         Command::Serve(a) => commands::serve::run(a, start),
         Command::Soak(a) => commands::soak::run(a),
+        Command::Loadgen(a) => commands::loadgen::run(a),
     }
 }

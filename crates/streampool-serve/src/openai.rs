@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::body::Body;
+use crate::metrics::{phase, Phase};
 use crate::models::ServedModel;
 use crate::state::AppState;
 use crate::{Error, Result};
@@ -70,6 +71,7 @@ pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, OpenAiError> {
+    phase(Phase::Read);
     let Body(body) = body?;
     let req: EmbeddingsRequest = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("malformed embeddings request: {e}")))?;
@@ -104,7 +106,9 @@ pub async fn embeddings(
             .into())
         }
     };
-    let ids = match parse_input(req.input)? {
+    let input = parse_input(req.input)?;
+    phase(Phase::Parse);
+    let ids = match input {
         Input::Texts(texts) => {
             check_count(&state, texts.len())?;
             tokenize_all(&model, texts, None).await?
@@ -116,9 +120,11 @@ pub async fn embeddings(
                 .collect::<Result<Vec<_>>>()?
         }
     };
+    phase(Phase::Tokenize);
     let tokens: usize = ids.iter().map(Vec::len).sum();
     let deadline = Instant::now() + state.config.request_timeout;
     let vectors = e.embed(ids, deadline).await?;
+    phase(Phase::Queue);
     let data: Vec<Item> = vectors
         .iter()
         .enumerate()
@@ -133,7 +139,7 @@ pub async fn embeddings(
             },
         })
         .collect();
-    Ok(Json(EmbeddingsResponse {
+    let resp = Json(EmbeddingsResponse {
         object: "list",
         data,
         model: &name,
@@ -142,7 +148,9 @@ pub async fn embeddings(
             total_tokens: tokens,
         },
     })
-    .into_response())
+    .into_response();
+    phase(Phase::Encode);
+    Ok(resp)
 }
 
 /// `GET /v1/models`: every served model in OpenAI's list format.

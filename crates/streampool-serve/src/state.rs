@@ -40,6 +40,11 @@ impl AppState {
         &self.registry
     }
 
+    /// The server's metrics (e.g. to turn on [`Metrics::set_phase_timing`]).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// Ready to serve: not shutting down, and every replica of every model loaded and
     /// accepting (models are loaded before the socket opens; a replica whose queue was shut
     /// down makes the server unready).

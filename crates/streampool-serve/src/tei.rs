@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::body::Body;
+use crate::metrics::{phase, Phase};
 use crate::models::ServedModel;
 use crate::state::AppState;
 use crate::Error;
@@ -144,6 +145,7 @@ pub async fn embed(
     State(state): State<Arc<AppState>>,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
+    phase(Phase::Read);
     let Body(body) = body?;
     let req: EmbedRequest = serde_json::from_slice(&body)
         .map_err(|e| TeiError::validation(format!("malformed embed request: {e}")))?;
@@ -190,6 +192,7 @@ pub async fn embed(
         _ => crate::openai::parse_input(req.inputs)
             .map_err(|e| TeiError::validation(e.to_string()))?,
     };
+    phase(Phase::Parse);
     let truncate = req.truncate.unwrap_or(e.truncates());
     let too_many = |n: usize| {
         TeiError::new(
@@ -228,10 +231,14 @@ pub async fn embed(
                 .map_err(refused)?
         }
     };
+    phase(Phase::Tokenize);
     let deadline = Instant::now() + state.config.request_timeout;
     let normalize = req.normalize.unwrap_or(true);
     let vectors = e.embed_with(ids, normalize, deadline).await?;
-    Ok(Json(vectors).into_response())
+    phase(Phase::Queue);
+    let resp = Json(vectors).into_response();
+    phase(Phase::Encode);
+    Ok(resp)
 }
 
 /// `GET /info`: TEI's model and router facts for the first embedder.

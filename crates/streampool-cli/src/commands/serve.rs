@@ -119,6 +119,11 @@ pub struct Args {
     /// cuBLAS set-up and lazy kernel loading).
     #[arg(long)]
     no_warm_up: bool,
+    /// Time each embedding request's host phases (read, JSON parse, tokenization, batch
+    /// queue, response encoding) into the histogram streampool_http_phase_seconds of
+    /// /metrics (`streampool loadgen` prints the breakdown). Off by default.
+    #[arg(long)]
+    phase_timing: bool,
 }
 
 /// Loads the models and serves until SIGINT or SIGTERM. Logs one `startup:` line when
@@ -221,6 +226,7 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
         phases.add("queues started, socket bound", began.elapsed());
         // The figure an autoscaler waits for (issue 19): launch to ready, phase by phase.
         tracing::info!("startup: ready after {}", phases.summary());
+        server.state().metrics().set_phase_timing(args.phase_timing);
         // One plain line on stdout, so scripts can learn the port when it was 0.
         let names: Vec<String> = devices.iter().map(|d| d.name()).collect();
         println!(

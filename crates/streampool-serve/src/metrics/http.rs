@@ -22,7 +22,19 @@ pub async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next)
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let resp = next.run(req).await;
+    let resp = match state.metrics.phase_timer(&route, start) {
+        None => next.run(req).await,
+        // The handler runs inside this future, on this task, so its marks find the timer.
+        Some(timer) => {
+            super::phases::TIMER
+                .scope(timer, async {
+                    let resp = next.run(req).await;
+                    super::phases::finish();
+                    resp
+                })
+                .await
+        }
+    };
     let seconds = start.elapsed().as_secs_f64();
     let status = resp.status().as_u16();
     state.metrics.record(&method, &route, status, seconds);

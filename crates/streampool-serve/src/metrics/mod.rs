@@ -22,8 +22,10 @@
 //! | `streampool_batch_size` | histogram | `model`, `device` |
 //! | `streampool_queue_latency_seconds`, `streampool_queue_wait_seconds` | gauge | `model`, `device`, `quantile` |
 //! | `streampool_replicas`, `streampool_ready` | gauge | `model` / none |
+//! | `streampool_http_phase_seconds` (only with [`Metrics::set_phase_timing`]) | histogram | `route`, `phase` (see `phases.rs`) |
 
 mod http;
+mod phases;
 
 use std::sync::Arc;
 
@@ -42,6 +44,8 @@ use streampool_batch::{Percentiles, ReplicaStats};
 use crate::models::Registry;
 
 pub use http::{scrape, track};
+pub(crate) use phases::{phase, Phase};
+use phases::{PhaseCollector, PhaseStats};
 
 /// Upper bounds (seconds) of the request-duration histogram buckets.
 const DURATION_BOUNDS: [f64; 14] = [
@@ -83,6 +87,7 @@ pub struct Metrics {
     pub(crate) ready: Gauge,
     panics: Counter,
     unauthorized: Counter,
+    phases: Arc<PhaseStats>,
 }
 
 impl Metrics {
@@ -128,6 +133,8 @@ impl Metrics {
             unauthorized.clone(),
         );
         registry.register_collector(Box::new(QueueCollector { models }));
+        let phases = Arc::new(PhaseStats::default());
+        registry.register_collector(Box::new(PhaseCollector(phases.clone())));
         Self {
             registry,
             requests,
@@ -136,6 +143,7 @@ impl Metrics {
             ready,
             panics,
             unauthorized,
+            phases,
         }
     }
 
@@ -147,6 +155,42 @@ impl Metrics {
     /// Counts a request refused for its API key.
     pub(crate) fn record_unauthorized(&self) {
         self.unauthorized.inc();
+    }
+
+    /// Turns per-phase timing of the embedding routes on or off (off by default): where a
+    /// request's host time goes (reading, JSON parsing, tokenization, the batch queue,
+    /// response encoding), as the histogram `streampool_http_phase_seconds` (see
+    /// [`Phase`]). Takes effect for requests that arrive afterwards.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::sync::Arc;
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// use streampool_serve::{ModelSpec, ServeConfig, Server};
+    /// let embedder = Arc::new(SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap());
+    /// let config = ServeConfig { addr: "127.0.0.1:0".parse().unwrap(), ..Default::default() };
+    /// let server = Server::start(config, vec![ModelSpec::Embedder { name: "tiny-bert".into(), embedder }])
+    ///     .await
+    ///     .unwrap();
+    /// server.state().metrics().set_phase_timing(true);
+    /// assert!(server.state().metrics().render().contains("streampool_http_phase_seconds"));
+    /// server.shutdown().await.unwrap();
+    /// # }
+    /// ```
+    pub fn set_phase_timing(&self, on: bool) {
+        self.phases.set_enabled(on);
+    }
+
+    /// The phase timer of a request on the router pattern `route` starting at `start`, when
+    /// phase timing is on and the route is timed.
+    pub(crate) fn phase_timer(
+        &self,
+        route: &str,
+        start: std::time::Instant,
+    ) -> Option<phases::PhaseTimer> {
+        self.phases.timer(route, start)
     }
 
     /// Records one answered request.

@@ -37,6 +37,7 @@ use streampool::{Device, DeviceKind};
 use streampool_nn::ComputeDType;
 
 use measure::Window;
+pub use report::utc_now;
 use report::{Record, Report};
 use scenarios::QueueSetup;
 use workloads::{EncoderWorkload, MlpWorkload, Workload};
