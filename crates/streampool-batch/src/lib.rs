@@ -43,6 +43,7 @@
 mod batch_queue;
 mod config;
 mod error;
+mod estimate;
 mod handoff;
 mod model;
 mod queue;
@@ -51,13 +52,14 @@ mod row_model;
 mod shared;
 mod slot;
 mod stats;
+mod worker;
 
 #[cfg(all(test, loom))]
 mod loom_tests;
 
 pub use batch_queue::BatchQueue;
 pub use config::BatchConfig;
-pub use error::{BatchError, ModelError};
+pub use error::{BatchError, ModelError, Overload};
 pub use model::{BatchContext, BatchModel, Prepared};
 pub use replicas::{ReplicaStats, Replicas};
 pub use row_model::RowModel;

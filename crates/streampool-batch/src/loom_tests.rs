@@ -48,7 +48,7 @@ fn config(max_batch_size: usize, max_queue: usize, workers: usize) -> BatchConfi
         max_wait: Duration::from_secs(3600),
         max_queue,
         workers,
-        buckets: Vec::new(),
+        ..BatchConfig::default()
     }
 }
 
@@ -100,7 +100,7 @@ fn loom_two_callers_one_worker() {
         s.close(true);
         workers.into_iter().for_each(|w| w.join().unwrap());
         assert_eq!(ran_sorted(&model), vec![0, 1]);
-        assert_eq!(s.stats.snapshot(0).completed, 2);
+        assert_eq!(s.stats.snapshot(Default::default(), None).completed, 2);
         // Every request's cost was settled exactly once (the router's load figure).
         assert_eq!(s.outstanding(), 0);
     });
@@ -152,7 +152,7 @@ fn loom_deadline_races_claim() {
             Err(e) => {
                 assert_eq!(e, BatchError::DeadlineExceeded);
                 assert_eq!(ran, vec![3]);
-                assert_eq!(s.stats.snapshot(0).expired, 1);
+                assert_eq!(s.stats.snapshot(Default::default(), None).expired, 1);
             }
         }
         assert_eq!(s.outstanding(), 0, "an expired request is settled too");
@@ -202,7 +202,7 @@ fn loom_abandoned_handle() {
         drop(s.submit(9, None).unwrap());
         s.close(true);
         workers.into_iter().for_each(|w| w.join().unwrap());
-        let stats = s.stats.snapshot(0);
+        let stats = s.stats.snapshot(Default::default(), None);
         assert_eq!(stats.completed + stats.cancelled, 1);
         assert_eq!(model.ran.lock().unwrap().len() as u64, stats.completed);
         assert_eq!(s.outstanding(), 0, "a cancelled request is settled too");
@@ -248,7 +248,7 @@ fn spawn_pipelined(s: &Arc<Shared<Staged>>) -> Vec<thread::JoinHandle<()>> {
     let (sr, hr) = (s.clone(), handoff);
     vec![
         thread::spawn(move || sp.serve_preparing(0, &hp)),
-        thread::spawn(move || sr.serve_running(&hr)),
+        thread::spawn(move || sr.serve_running(0, &hr)),
     ]
 }
 
@@ -276,7 +276,7 @@ fn loom_pipelined_worker() {
         assert_eq!(second.wait(), Ok(11));
         stages.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(ran_sorted(&model.0), vec![0, 1]);
-        let stats = s.stats.snapshot(0);
+        let stats = s.stats.snapshot(Default::default(), None);
         assert_eq!(stats.completed, 2);
         assert_eq!(stats.prepared_batches, stats.batches);
         assert_eq!(s.outstanding(), 0);
