@@ -64,7 +64,7 @@ mod state;
 mod tei;
 
 pub use config::ServeConfig;
-pub use error::{Error, Result};
+pub use error::{Error, Result, Shed};
 pub use metrics::Metrics;
 pub use models::{
     EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,
