@@ -4,6 +4,7 @@ use std::path::Path;
 
 use std::sync::Arc;
 
+use streampool::phases::timed;
 use streampool::{Activation, Device, GraphCache, Tensor};
 
 use crate::layers::{AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer};
@@ -244,7 +245,9 @@ impl BertModel {
     pub fn load_with(device: &Device, dir: impl AsRef<Path>, dtype: ComputeDType) -> Result<Self> {
         let dir = dir.as_ref();
         let config = BertConfig::from_file(dir.join("config.json"))?;
-        Self::load_weights(device, &config, dir.join("model.safetensors"))?.with_dtype(dtype)
+        let model = Self::load_weights(device, &config, dir.join("model.safetensors"))?;
+        // Queued casts on the device (the first one may wait for the kernels' build).
+        timed("weights converted", || model.with_dtype(dtype))
     }
 
     /// This model with its weights converted to `dtype` (converting from f32 only: the

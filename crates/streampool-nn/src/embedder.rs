@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
 use crate::pooling::{l2_normalize, mean_pool};
@@ -28,8 +29,9 @@ pub struct SentenceEmbedder {
 }
 
 /// The default [`SentenceEmbedder::with_chunk_size`]: a batch of up to 256 texts runs as one
-/// device batch; a larger one in chunks of 256, tokenizing each chunk while the device runs
-/// the one before (a batch of 512 hides the tokenization of its second half).
+/// device batch; a larger one in chunks of 256, tokenizing each chunk on the tokenization
+/// pool while the device runs the ones before (a batch of 512 hides the tokenization of its
+/// second half).
 pub const DEFAULT_EMBED_CHUNK: usize = 256;
 
 impl SentenceEmbedder {
@@ -49,8 +51,31 @@ impl SentenceEmbedder {
         let max_len = max_seq_length(dir)?
             .unwrap_or(usize::MAX)
             .min(model.config().max_position_embeddings);
-        let tokenizer = BertTokenizer::from_file(dir.join("tokenizer.json"), max_len)?;
+        let tokenizer = timed("tokenizer loaded", || {
+            BertTokenizer::from_file(dir.join("tokenizer.json"), max_len)
+        })?;
         Self::new(tokenizer, model)
+    }
+
+    /// Runs two small batches (a short sentence; two sentences of about 100 tokens) and
+    /// waits for them, so the first requests do not pay for what a process does once: on
+    /// CUDA, the calling thread's cuBLAS handle, cuBLAS's and our kernels' lazy module
+    /// loading, the first allocations. A server calls it before it reports ready. Timed as
+    /// start-up phase `warm-up forward`.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// emb.warm_up().unwrap();
+    /// ```
+    pub fn warm_up(&self) -> Result<()> {
+        let long = "the quick brown fox jumps over the lazy dog ".repeat(11);
+        timed("warm-up forward", || {
+            self.embed(&["warm-up"])?;
+            self.embed(&[long.as_str(), long.as_str()])?;
+            Ok(())
+        })
     }
 
     /// Pairs a tokenizer with a model; the tokenizer must not produce sequences longer than
@@ -72,9 +97,11 @@ impl SentenceEmbedder {
 
     /// Sets how many texts [`SentenceEmbedder::embed`] runs as one device batch (at least 1).
     /// A longer list runs in chunks of this size: while the device computes chunk i, the
-    /// calling thread tokenizes chunk i+1, then waits for chunk i's embeddings and queues
-    /// chunk i+1's forward. Each chunk is padded to its own longest text; the embeddings
-    /// are those of one big batch (padding is masked) up to float rounding.
+    /// tokenization pool tokenizes chunk i+1, whose forward is then queued behind it; all
+    /// chunks are read back at the end. Each chunk is padded to its own longest text (never
+    /// longer than the whole list's padding); the embeddings are those of one big batch
+    /// (padding is masked) up to float rounding. Where the device captures graphs, each
+    /// chunk shape (rows x padded length) is a graph of its own, as any batch shape is.
     ///
     /// ```
     /// use streampool::Device;
@@ -108,7 +135,9 @@ impl SentenceEmbedder {
         &self.tokenizer
     }
 
-    /// Tokenizes `texts` into one padded batch.
+    /// Tokenizes `texts` into one padded batch (large batches on the [`TokenizePool`]).
+    ///
+    /// [`TokenizePool`]: crate::TokenizePool
     pub fn tokenize(&self, texts: &[&str]) -> Result<BertInput> {
         self.tokenizer.encode_batch(texts)
     }
@@ -131,26 +160,25 @@ impl SentenceEmbedder {
 
     /// One unit-length embedding per text, computed on the calling thread's current stream:
     /// as one batch up to [`SentenceEmbedder::chunk_size`] texts, else in chunks whose
-    /// tokenization overlaps the device work of the chunk before. No texts give no
+    /// tokenization overlaps the device work of the chunks before. No texts give no
     /// embeddings.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let mut chunks = texts.chunks(self.chunk);
-        let Some(first) = chunks.next() else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::with_capacity(texts.len());
-        let mut in_flight = self.embed_input(&self.tokenize(first)?)?;
-        for chunk in chunks {
-            // The previous chunk's ops are queued on this thread's stream and only its
-            // read-back waits for them, so this tokenization runs while the device works.
-            // The next forward is queued after that read-back, not before: a read-back is
-            // queued behind everything on the stream, so it would also wait for the next
-            // chunk's forward. The device idles only for the read-back and the queuing.
+        // Every chunk's forward is queued on this thread's stream as soon as it is
+        // tokenized, and nothing is read back until all are queued: while the device runs
+        // chunk i, the tokenization pool works on chunk i+1, so the device idles only while
+        // the first chunk tokenizes. (Reading chunk i back before queuing chunk i+1 would
+        // leave the device idle for each read-back and each queuing.) The embeddings held
+        // meanwhile are `[chunk, dim]` each; a chunk's activations go back to the stream's
+        // allocator as its forward is queued, as for one batch.
+        let mut pending = Vec::with_capacity(texts.len().div_ceil(self.chunk));
+        for chunk in texts.chunks(self.chunk) {
             let input = self.tokenize(chunk)?;
-            self.read_rows(&in_flight, &mut out)?;
-            in_flight = self.embed_input(&input)?;
+            pending.push(self.embed_input(&input)?);
         }
-        self.read_rows(&in_flight, &mut out)?;
+        let mut out = Vec::with_capacity(texts.len());
+        for embeddings in &pending {
+            self.read_rows(embeddings, &mut out)?;
+        }
         Ok(out)
     }
 

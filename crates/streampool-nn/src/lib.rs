@@ -10,7 +10,8 @@
 //! | [`MultiheadAttention`], [`AttentionMask`] | self-attention with fused QKV; additive mask (f32) or one fused kernel with a binary mask (f16/bf16) | `layers/attention.rs` |
 //! | [`TransformerEncoderLayer`] | post-norm encoder layer (BERT) | `layers/encoder_layer.rs` |
 //! | [`BertModel`], [`BertConfig`], [`BertInput`] | BERT/MiniLM from `config.json` + `model.safetensors` | `bert.rs`, `config.rs` |
-//! | [`BertTokenizer`] | `tokenizer.json`, pad to longest, attention masks | `tokenizer.rs` |
+//! | [`BertTokenizer`] | `tokenizer.json`, pad to longest, attention masks; exact ASCII fast path | `tokenizer/` |
+//! | [`TokenizePool`] | the process's tokenization threads, one per core | `tokenizer/pool.rs` |
 //! | [`SentenceEmbedder`] | tokenizer + model + mean pooling + L2 normalisation | `embedder.rs` |
 //! | [`ComputeDType`] | f32, tf32, f16 or bf16 weights and activations | `dtype.rs` |
 //! | [`WeightFile`], [`HostTensor`] | memory-mapped safetensors, f16/bf16 upcast to f32 | `weights.rs` |
@@ -86,7 +87,7 @@ pub use locate::{
     TINY_BERT_RELATIVE,
 };
 pub use streampool::Activation;
-pub use tokenizer::BertTokenizer;
+pub use tokenizer::{BertTokenizer, TokenizePool, TOKENIZE_THREADS_ENV};
 pub use weights::{HostTensor, WeightFile};
 
 // Models are shared across threads by design: fail the build if that ever stops holding.
@@ -95,5 +96,6 @@ const _: fn() = || {
     shared::<BertModel>();
     shared::<SentenceEmbedder>();
     shared::<BertTokenizer>();
+    shared::<TokenizePool>();
     shared::<TransformerEncoderLayer>();
 };

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata};
 use safetensors::SafeTensors;
+use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
 use crate::{Error, Result};
@@ -50,8 +51,13 @@ impl HostTensor {
         &self.shape
     }
 
-    /// The transpose of a matrix (`[r, c]` to `[c, r]`).
+    /// The transpose of a matrix (`[r, c]` to `[c, r]`). Timed as start-up phase
+    /// `weights transposed` (see `streampool::phases`).
     pub fn transposed(&self) -> Result<HostTensor> {
+        timed("weights transposed", || self.transpose())
+    }
+
+    fn transpose(&self) -> Result<HostTensor> {
         let [r, c] = self.shape[..] else {
             return Err(Error::Input(format!(
                 "transpose needs a matrix, got shape {:?}",
@@ -67,9 +73,11 @@ impl HostTensor {
         HostTensor::new(out, &[c, r])
     }
 
-    /// Copies the values to `device`.
+    /// Copies the values to `device` (start-up phase `weights uploaded`).
     pub fn to_device(&self, device: &Device) -> Result<Tensor> {
-        Ok(Tensor::from_slice(&self.data, &self.shape, device)?)
+        timed("weights uploaded", || {
+            Ok(Tensor::from_slice(&self.data, &self.shape, device)?)
+        })
     }
 
     pub(crate) fn expect_shape(&self, what: &str, shape: &[usize]) -> Result<()> {
@@ -96,8 +104,13 @@ const HEADER_PREFIX: usize = 8;
 
 impl WeightFile {
     /// Maps `path` and validates its header (a truncated or corrupt file is an error here).
+    /// Opening and [`WeightFile::get`] are timed as start-up phase `weights read`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
+        timed("weights read", || Self::map(path.as_ref()))
+    }
+
+    fn map(path: &Path) -> Result<Self> {
+        let path = path.to_path_buf();
         let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
         // SAFETY: the map is read-only and private to this process; a concurrent truncation of
         // the file by another process could fault, which is the accepted contract of memory
@@ -134,6 +147,10 @@ impl WeightFile {
     /// Reads tensor `name`, which must have shape `expected`, as `f32` (F16 and BF16 are
     /// upcast; integer tensors are an error).
     pub fn get(&self, name: &str, expected: &[usize]) -> Result<HostTensor> {
+        timed("weights read", || self.read(name, expected))
+    }
+
+    fn read(&self, name: &str, expected: &[usize]) -> Result<HostTensor> {
         let info = self
             .metadata
             .info(name)

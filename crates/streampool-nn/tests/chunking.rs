@@ -75,3 +75,72 @@ fn chunk_size_defaults_and_floors_at_one() {
     assert!(emb.embed(&[]).unwrap().is_empty());
     assert_eq!(emb.embed(&["one", "two"]).unwrap().len(), 2);
 }
+
+/// The serial path the overlapped `embed` must reproduce: each chunk tokenized on this
+/// thread alone, embedded and read back before the next.
+fn serial_chunks(emb: &SentenceEmbedder, texts: &[&str], chunk: usize) -> Vec<Vec<f32>> {
+    let mut out = Vec::new();
+    for run in texts.chunks(chunk) {
+        let input = emb.tokenizer().encode_batch_serial(run).unwrap();
+        let flat = emb.embed_input(&input).unwrap().to_vec::<f32>().unwrap();
+        out.extend(flat.chunks_exact(emb.dim()).map(<[f32]>::to_vec));
+    }
+    out
+}
+
+/// Mixed lengths, ASCII and not, long enough that chunks tokenize on the pool.
+fn long_texts() -> Vec<String> {
+    (0..40)
+        .map(|i| {
+            let words = [
+                "the", "Cat", "sat,", "on", "a", "mat", "quietly", "today", "café",
+            ];
+            (0..1 + (i * 7) % 60)
+                .map(|k| words[(i + k) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn overlapped_chunks_equal_the_serial_path_bit_for_bit() {
+    let texts = long_texts();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    for chunk in [3, 16, 40] {
+        let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir())
+            .unwrap()
+            .with_chunk_size(chunk);
+        assert_eq!(
+            emb.embed(&refs).unwrap(),
+            serial_chunks(&emb, &refs, chunk),
+            "chunk {chunk}"
+        );
+    }
+}
+
+#[test]
+fn embed_from_many_threads_and_from_pool_threads() {
+    let texts = long_texts();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir())
+        .unwrap()
+        .with_chunk_size(8);
+    let want = serial_chunks(&emb, &refs, 8);
+    std::thread::scope(|s| {
+        for _ in 0..6 {
+            s.spawn(|| assert_eq!(emb.embed(&refs).unwrap(), want));
+        }
+    });
+    // From every thread of the tokenization pool at once: each call's own tokenization runs
+    // inline there, and the forwards wait only for the CPU streams.
+    let pool = streampool_nn::TokenizePool::global();
+    let got: Vec<_> = pool.install(|| {
+        use rayon::prelude::*;
+        (0..pool.threads() + 1)
+            .into_par_iter()
+            .map(|_| emb.embed(&refs).unwrap())
+            .collect()
+    });
+    assert!(got.iter().all(|g| g == &want));
+}

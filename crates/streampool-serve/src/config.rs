@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use streampool_batch::BatchConfig;
 
+use crate::auth::ApiKey;
+
 /// How the server listens and what it accepts.
 ///
 /// ```
@@ -20,6 +22,21 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Most inputs (sentences, tensor rows) in one request; more are answered 400.
     pub max_inputs: usize,
+    /// Most tensor elements in one KServe request, summed over its inputs. A request whose
+    /// shapes declare more is answered 413 before anything is allocated for it (shapes are
+    /// also checked against the data actually sent).
+    pub max_elements: usize,
+    /// How long a client may take to send a request's body once its headers arrived; past
+    /// it the request is answered 408 and its connection closed, so a slow or stalled client
+    /// holds no memory or task for long.
+    pub body_timeout: Duration,
+    /// When set, every inference and model route requires `Authorization: Bearer <key>`
+    /// (what the OpenAI, TEI and Triton clients send); others are answered 401. The health
+    /// probes (`/v2/health/*`, `/health`) stay open, and `/metrics` too unless
+    /// `protect_metrics`.
+    pub api_key: Option<ApiKey>,
+    /// Whether `/metrics` needs the API key as well (when one is set).
+    pub protect_metrics: bool,
     /// Longest input in tokens (special tokens included) an embedder accepts. `None`: the
     /// model's own limit. Never above the model's own limit.
     pub max_seq_len: Option<usize>,
@@ -47,6 +64,11 @@ impl Default for ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
             max_body_bytes: 4 << 20,
             max_inputs: 256,
+            // 16 MiB of FP32: four times what the default body limit can carry in binary.
+            max_elements: 4 << 20,
+            body_timeout: Duration::from_secs(30),
+            api_key: None,
+            protect_metrics: false,
             max_seq_len: None,
             truncate: false,
             request_timeout: Duration::from_secs(30),
@@ -71,6 +93,7 @@ impl ServeConfig {
         let positive = [
             ("max_body_bytes", self.max_body_bytes),
             ("max_inputs", self.max_inputs),
+            ("max_elements", self.max_elements),
             ("max_seq_len", self.max_seq_len.unwrap_or(1)),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
@@ -80,6 +103,9 @@ impl ServeConfig {
             return Err(crate::Error::Config(
                 "request_timeout must be positive".into(),
             ));
+        }
+        if self.body_timeout.is_zero() {
+            return Err(crate::Error::Config("body_timeout must be positive".into()));
         }
         if self.drain_timeout.is_zero() {
             return Err(crate::Error::Config(

@@ -20,6 +20,26 @@ pub enum Error {
     /// (413 on TEI's `/embed`, as TEI does).
     #[error("{0}")]
     InputTooLong(String),
+    /// The request is larger than a configured limit other than the body size (e.g. the
+    /// elements of its tensors); the message names the limit. Answered 413.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The model's answer for this request is not finite (NaN or infinity: e.g. inputs that
+    /// overflow the model's arithmetic, or a half-precision overflow). Never answered as
+    /// `null` or a number under 200: answered 422, for this request only.
+    #[error("{0}")]
+    NonFinite(String),
+    /// The request has no valid API key (see `ServeConfig::api_key`). Answered 401 with
+    /// `WWW-Authenticate: Bearer`.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Reading the request body took longer than `ServeConfig::body_timeout`. Answered 408.
+    #[error("request body not received within {0:?}")]
+    BodyTimeout(std::time::Duration),
+    /// A handler panicked (a bug): this request is answered 500 and counted in
+    /// `streampool_http_panics_total`; the server goes on serving.
+    #[error("internal error: the request handler panicked ({0})")]
+    Panicked(String),
     /// No model, input or output of that name. Answered 404.
     #[error("{0}")]
     NotFound(String),
@@ -110,7 +130,10 @@ impl Error {
         match self {
             Error::BadRequest(_) | Error::InputTooLong(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
-            Error::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::PayloadTooLarge { .. } | Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::NonFinite(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Overloaded(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -149,6 +172,10 @@ impl Error {
         if let Some(d) = self.retry_after() {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, retry_after_header(d));
+        }
+        if self.status() == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp
     }

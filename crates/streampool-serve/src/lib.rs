@@ -22,8 +22,10 @@
 //!
 //! Several [`ModelSpec`]s with one name are replicas of one model (one per device).
 //!
-//! Errors ([`Error`]): bad input 400 (`{"error": "..."}`), unknown model 404, body over the
-//! limit 413, full queue 503 with `Retry-After`, timeout 504; TEI's routes answer in TEI's
+//! Errors ([`Error`]): bad input 400 (`{"error": "..."}`), missing or wrong API key 401,
+//! unknown model 404, body not received in time 408, body or tensors over the limit 413, a
+//! non-finite model answer 422 (never `null` under 200), a handler panic 500 (that request
+//! only), full queue 503 with `Retry-After`, timeout 504; TEI's routes answer in TEI's
 //! format and statuses (413/422/429/424, see `tei.rs`). Shutdown
 //! ([`ServerHandle::shutdown`], or SIGINT/SIGTERM with [`ServerHandle::run_until_signal`])
 //! drains: new connections are refused, every request already accepted is answered, within
@@ -53,8 +55,12 @@
 //! # }
 //! ```
 
+mod auth;
+mod body;
 mod config;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kserve;
 mod metrics;
 mod models;
@@ -63,13 +69,15 @@ mod server;
 mod state;
 mod tei;
 
+pub use auth::ApiKey;
+pub use body::Body;
 pub use config::ServeConfig;
 pub use error::{Error, Result, Shed};
 pub use metrics::Metrics;
 pub use models::{
     EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,
 };
-pub use server::{router, Server, ServerHandle};
+pub use server::{harden, router, routes, Server, ServerHandle};
 pub use state::AppState;
 /// The batch-queue settings of [`ServeConfig::batch`], re-exported for convenience.
 pub use streampool_batch::BatchConfig;

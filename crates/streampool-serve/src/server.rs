@@ -1,22 +1,31 @@
 //! The router over the handlers, and starting and stopping a server.
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::models::ModelSpec;
 use crate::state::AppState;
-use crate::{kserve, metrics, openai, tei, Error, Result, ServeConfig};
+use crate::{auth, kserve, metrics, openai, tei, Error, Result, ServeConfig};
 
 /// Every route of the server on `state`: KServe v2 under `/v2`, OpenAI's `/v1/embeddings`
 /// and `/v1/models`, text-embeddings-inference's `/embed`, `/info` and `/health`, and
-/// `/metrics`.
+/// `/metrics` ([`routes`]), behind the layers of [`harden`].
 pub fn router(state: Arc<AppState>) -> Router {
+    harden(routes(&state), state)
+}
+
+/// The server's routes and handlers without the protective layers of [`harden`] (each
+/// request still recorded in the metrics): to add routes of your own before hardening all.
+pub fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/v2", get(kserve::server_metadata))
         .route("/v2/health/live", get(kserve::live))
@@ -50,7 +59,49 @@ pub fn router(state: Arc<AppState>) -> Router {
             metrics::track,
         ))
         .fallback(kserve::fallback)
+}
+
+/// The layers every route of the server runs behind, outermost first:
+/// - a handler that panics answers 500 for its own request only (counted in
+///   `streampool_http_panics_total`); the connection, the other requests and the server
+///   go on;
+/// - the API key check, when [`ServeConfig::api_key`] is set (see the `auth` module: probes
+///   open, `/metrics` as [`ServeConfig::protect_metrics`] says);
+/// - the body size limit for any extractor (the handlers' own reader also enforces it, and
+///   [`ServeConfig::body_timeout`]).
+///
+/// Public so that routes added next to the server's get the same protection.
+///
+/// ```
+/// use std::sync::Arc;
+/// use axum::routing::get;
+/// use streampool::Device;
+/// use streampool_serve::{harden, routes, AppState, ModelSpec, ServeConfig, TensorModel};
+/// let mlp = TensorModel::mlp(&Device::cpu(), 8, 1).unwrap();
+/// let state = AppState::new(ServeConfig::default(), vec![ModelSpec::Tensor { name: "mlp".into(), model: mlp }]).unwrap();
+/// let app: axum::Router = harden(routes(&state).route("/extra", get(|| async { "hi" })), state);
+/// ```
+pub fn harden(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
+    let for_panics = state.clone();
+    routes
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ))
+        .layer(CatchPanicLayer::custom(
+            move |payload: Box<dyn Any + Send + 'static>| {
+                for_panics.metrics.record_panic();
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                let what: String = what.chars().take(200).collect();
+                tracing::error!(panic = %what, "a request handler panicked; answered 500");
+                Error::Panicked(what).into_response()
+            },
+        ))
         .with_state(state)
 }
 

@@ -4,12 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
-
 use crate::metrics::Metrics;
 use crate::models::{ModelSpec, Registry};
-use crate::{Error, Result, ServeConfig};
+use crate::{Result, ServeConfig};
 
 /// What every handler shares: the models, the settings and the metrics.
 pub struct AppState {
@@ -59,16 +56,5 @@ impl AppState {
     /// Readiness turns 503 from now on, so balancers stop sending.
     pub(crate) fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
-    }
-
-    /// A body the extractor refused: over the size limit (413) or unreadable (400).
-    pub(crate) fn body_error(&self, r: BytesRejection) -> Error {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Error::PayloadTooLarge {
-                limit: self.config.max_body_bytes,
-            }
-        } else {
-            Error::BadRequest(r.body_text())
-        }
     }
 }

@@ -15,12 +15,14 @@
 //! | shutting down | 503 | `unhealthy` |
 //! | model failure, no embedder served | 424 | `backend` |
 //! | request timeout | 504 | `backend` |
+//! | elements over `max_elements` | 413 | `validation` |
+//! | non-finite embedding (e.g. a half-precision overflow) | 422 | `backend` |
+//! | missing or wrong API key | 401 | `unauthorized` |
+//! | body not received within `body_timeout` | 408 | `validation` |
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +30,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::body::Body;
 use crate::models::ServedModel;
 use crate::state::AppState;
 use crate::Error;
@@ -42,6 +45,8 @@ enum ErrorType {
     Validation,
     Tokenizer,
     Empty,
+    /// Not one of TEI's own kinds: TEI answers a missing or wrong API key 401 with no body.
+    Unauthorized,
 }
 
 /// An error answered in TEI's format.
@@ -76,7 +81,12 @@ impl TeiError {
 impl From<Error> for TeiError {
     fn from(e: Error) -> Self {
         let (status, kind) = match &e {
-            Error::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, ErrorType::Validation),
+            Error::PayloadTooLarge { .. } | Error::TooLarge(_) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, ErrorType::Validation)
+            }
+            Error::NonFinite(_) => (StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Backend),
+            Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, ErrorType::Unauthorized),
+            Error::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, ErrorType::Validation),
             Error::InputTooLong(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorType::Validation),
             Error::BadRequest(_) | Error::NotFound(_) => {
                 (StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Validation)
@@ -100,6 +110,10 @@ impl IntoResponse for TeiError {
         }
         let body = json!({ "error": self.message, "error_type": self.error_type });
         let mut resp = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if matches!(
             self.status,
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
@@ -137,9 +151,9 @@ struct EmbedRequest {
 /// JSON list with one list of floats per input, in order.
 pub async fn embed(
     State(state): State<Arc<AppState>>,
-    body: std::result::Result<Bytes, BytesRejection>,
+    body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
-    let body = body.map_err(|r| TeiError::from(state.body_error(r)))?;
+    let Body(body) = body?;
     let req: EmbedRequest = serde_json::from_slice(&body)
         .map_err(|e| TeiError::validation(format!("malformed embed request: {e}")))?;
     if let Some(dir) = req.truncation_direction.as_deref() {

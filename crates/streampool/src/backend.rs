@@ -35,6 +35,11 @@ pub(crate) trait BackendDevice: BackendMemory {
     /// its write event eagerly; otherwise the event is recorded lazily, on the first read
     /// from another stream (correct, but it may wait for later work on the writer stream).
     fn cheap_events(&self) -> bool;
+    /// Builds (or loads) the device's kernels now rather than at the first launch. Backends
+    /// that build kernels per op on first use (CPU, wgpu) have nothing to do.
+    fn load_kernels(&self) -> Result<()> {
+        Ok(())
+    }
     /// Downcasting, for backend-internal needs.
     #[allow(dead_code)]
     fn as_any(&self) -> &dyn Any;

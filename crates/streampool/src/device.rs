@@ -9,7 +9,7 @@ use crate::stream_pool::{self, StreamPool};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sync::Arc;
-use crate::{Result, Stream};
+use crate::{KernelCacheDir, Result, Stream};
 
 /// Which backend a device runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,6 +32,10 @@ pub struct DeviceConfig {
     pub memory_limit: Option<usize>,
     /// When the runtime records the events behind cross-stream safety.
     pub events: EventPolicy,
+    /// Where compiled kernels are kept between processes (CUDA's NVRTC cubins; the CPU
+    /// and wgpu backends keep none). Default: as the environment says
+    /// ([`DiskCache::kernels_from_env`](crate::DiskCache::kernels_from_env)).
+    pub kernel_cache: KernelCacheDir,
 }
 
 impl Default for DeviceConfig {
@@ -40,6 +44,7 @@ impl Default for DeviceConfig {
             pool_size: 32,
             memory_limit: None,
             events: EventPolicy::Auto,
+            kernel_cache: KernelCacheDir::FromEnv,
         }
     }
 }
@@ -253,6 +258,21 @@ impl Device {
             }
         }
         first
+    }
+
+    /// Builds the device's kernels now instead of at the first launch, so a server can
+    /// build them in the background while it reads weights, and a start-up log can time
+    /// them. On CUDA: compiles `kernels.cu` with NVRTC, or loads the cubin an earlier
+    /// process left in the on-disk cache ([`DiskCache::kernels_from_env`](crate::DiskCache::kernels_from_env));
+    /// threads launching meanwhile wait for this one build. Nothing to do on the CPU and
+    /// wgpu. Errors are those the first launch would have returned.
+    ///
+    /// ```
+    /// let dev = streampool::Device::cpu();
+    /// dev.load_kernels().unwrap();
+    /// ```
+    pub fn load_kernels(&self) -> Result<()> {
+        self.0.backend.load_kernels()
     }
 
     /// A snapshot of the caching allocator's statistics.

@@ -13,7 +13,7 @@
 //! | allocator | caching, per-stream lists, heap blocks       | caching, per-stream lists, `cuMemAlloc` | caching, per-stream lists, one storage buffer per block |
 //! | pointer   | a host address                               | a `CUdeviceptr`                         | buffer id + byte offset (`device_ptr.rs`)          |
 //! | [`Tensor`]| `f32` kernels in Rust, `matrixmultiply`      | NVRTC kernels, cuBLAS                   | WGSL kernels (f32; f16 with `SHADER_F16`, no bf16), register-blocked matmul |
-//! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device     | pipelines built once per device, shared by threads |
+//! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device; cubins kept on disk ([`DiskCache`]) | pipelines built once per device, shared by threads |
 //!
 //! ```
 //! use std::sync::Arc;
@@ -39,12 +39,14 @@ mod cpu;
 mod cuda;
 mod device;
 mod device_ptr;
+pub mod disk_cache;
 mod dtype;
 mod error;
 mod event;
 mod graph;
 pub mod kernel;
 mod kernel_cache;
+pub mod phases;
 mod storage;
 mod stream;
 mod stream_pool;
@@ -66,6 +68,7 @@ pub use self::wgpu::{
 };
 pub use allocator::AllocatorStats;
 pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
+pub use disk_cache::{DiskCache, KernelCacheDir};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use event::Event;

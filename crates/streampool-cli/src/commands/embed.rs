@@ -7,8 +7,11 @@
 //! checkout finds it from anywhere), then in the source tree the binary was built from.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
+use streampool::phases::{timed, Phases};
 use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType, SentenceEmbedder};
 
 /// Arguments of `streampool embed`.
@@ -43,9 +46,15 @@ pub struct Args {
     texts: Vec<String>,
 }
 
-/// Embeds the texts and prints the vectors.
-pub fn run(args: Args) -> Result<()> {
-    let dev = super::device::open(&args.device)?;
+/// Embeds the texts and prints the vectors; the start-up phases (from `start`) go to
+/// stderr as one `startup:` line.
+pub fn run(args: Args, start: Instant) -> Result<()> {
+    let phases = Arc::new(Phases::starting_at(start));
+    phases.scope(|| embed(args, &phases))
+}
+
+fn embed(args: Args, phases: &Arc<Phases>) -> Result<()> {
+    let dev = timed("device context", || super::device::open(&args.device))?;
     let (dir, shipped) = match (&args.model, args.minilm) {
         (Some(dir), _) => (dir.clone(), false),
         (None, true) => (find_minilm()?, false),
@@ -54,8 +63,10 @@ pub fn run(args: Args) -> Result<()> {
     let dtype = args
         .dtype
         .unwrap_or_else(|| super::device::default_dtype(&dev));
-    let emb = SentenceEmbedder::load_with(&dev, &dir, dtype)
-        .with_context(|| format!("loading the model in {} as {dtype}", dir.display()))?;
+    let emb = super::startup::load_with_kernels(phases, &dev, || {
+        SentenceEmbedder::load_with(&dev, &dir, dtype)
+            .with_context(|| format!("loading the model in {} as {dtype}", dir.display()))
+    })?;
     if shipped && !args.json {
         eprintln!(
             "note: {} has random weights (a test model, no setup needed); \
@@ -64,7 +75,8 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
-    let vectors = emb.embed(&texts)?;
+    let vectors = timed("embed", || emb.embed(&texts))?;
+    eprintln!("startup: done after {}", phases.summary());
     if args.json {
         let embeddings: Vec<_> = texts
             .iter()

@@ -6,3 +6,4 @@ pub mod device;
 pub mod embed;
 pub mod serve;
 pub mod soak;
+pub mod startup;

@@ -11,11 +11,22 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use streampool::phases::{timed, Phases};
 use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType, SentenceEmbedder};
-use streampool_serve::{BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
+use streampool_serve::{ApiKey, BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
+
+/// `serve --help`'s closing text: start-up and the kernel cache.
+pub const AFTER_HELP: &str = "\
+Start-up: when ready, one `startup:` log line gives the time of each phase (device context, \
+kernels, weights read/uploaded/converted, tokenizer, warm-up forward, socket bound).
+
+Kernel cache (CUDA): compiled kernels (a cubin for the GPU's architecture) are kept on disk, \
+so later starts skip NVRTC. Folder: $STREAMPOOL_CACHE_DIR, else $STREAMPOOL_CACHE/kernels, \
+else $XDG_CACHE_HOME/streampool/kernels, else ~/.cache/streampool/kernels. \
+STREAMPOOL_KERNEL_CACHE=off turns it off; an unwritable folder is logged, never an error.";
 
 /// Arguments of `streampool serve`.
 #[derive(clap::Args)]
@@ -53,6 +64,31 @@ pub struct Args {
     /// Most inputs per request (more: 400).
     #[arg(long, default_value_t = 256)]
     max_inputs: usize,
+    /// Most tensor elements per KServe request, summed over its inputs (more: 413, checked
+    /// before anything is allocated).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_elements: usize,
+    /// Seconds a client may take to send a request body (slower: 408, connection closed).
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout_s: f64,
+    /// Require `Authorization: Bearer <key>` on every inference and model route, with the
+    /// key in the first line of this file (e.g. a mounted Kubernetes Secret). Health probes
+    /// stay open; /metrics too unless --protect-metrics. Serve TLS in front (ingress,
+    /// balancer): the key is otherwise sent in clear.
+    #[arg(long, value_name = "FILE", conflicts_with = "api_key")]
+    api_key_file: Option<PathBuf>,
+    /// The API key itself, as --api-key-file describes. Prefer the environment variable or
+    /// the file: a key on the command line shows in process listings.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "STREAMPOOL_API_KEY",
+        hide_env_values = true
+    )]
+    api_key: Option<String>,
+    /// Require the API key on /metrics as well.
+    #[arg(long)]
+    protect_metrics: bool,
     /// Longest input in tokens [default: the model's own limit].
     #[arg(long)]
     max_seq_len: Option<usize>,
@@ -94,12 +130,19 @@ pub struct Args {
     /// >= --timeout-s and below the orchestrator's kill deadline (deploy/README.md).
     #[arg(long, default_value_t = 30.0)]
     drain_timeout_secs: f64,
+    /// Do not run the warm-up forward before listening (then the first requests pay for
+    /// cuBLAS set-up and lazy kernel loading).
+    #[arg(long)]
+    no_warm_up: bool,
 }
 
-/// Loads the models and serves until SIGINT or SIGTERM.
-pub fn run(args: Args) -> Result<()> {
+/// Loads the models and serves until SIGINT or SIGTERM. Logs one `startup:` line when
+/// ready, with the time of each start-up phase since `start`.
+pub fn run(args: Args, start: Instant) -> Result<()> {
     init_logging();
-    let devices = super::device::open_all(&args.device)?;
+    let phases = Arc::new(Phases::starting_at(start));
+    let devices =
+        phases.scope(|| timed("device context", || super::device::open_all(&args.device)))?;
     // (name, folder): a --model folder is served under its folder name; MiniLM under its
     // own name, whatever folder pip installed it in.
     let mut dirs = Vec::new();
@@ -125,8 +168,12 @@ pub fn run(args: Args) -> Result<()> {
                 let dtype = args
                     .dtype
                     .unwrap_or_else(|| super::device::default_dtype(dev));
-                let (dirs, mlp) = (&dirs, !args.no_mlp);
-                s.spawn(move || load_replicas(dev, dirs, mlp, dtype))
+                let (dirs, mlp, warm_up, phases) = (&dirs, !args.no_mlp, !args.no_warm_up, &phases);
+                s.spawn(move || {
+                    super::startup::load_with_kernels(phases, dev, || {
+                        load_replicas(dev, dirs, mlp, dtype, warm_up)
+                    })
+                })
             })
             .collect();
         loads
@@ -141,10 +188,30 @@ pub fn run(args: Args) -> Result<()> {
     for specs in per_device {
         models.extend(specs?);
     }
+    let api_key = match (&args.api_key_file, &args.api_key) {
+        (Some(file), _) => Some(ApiKey::from_file(file)?),
+        (None, Some(key)) => Some(ApiKey::new(key).context("--api-key / STREAMPOOL_API_KEY")?),
+        (None, None) => None,
+    };
+    if args.protect_metrics && api_key.is_none() {
+        anyhow::bail!("--protect-metrics needs an API key (--api-key-file or STREAMPOOL_API_KEY)");
+    }
+    if api_key.is_none() && !args.host.is_loopback() {
+        eprintln!(
+            "warning: serving on {} without an API key: anyone who reaches the port may call \
+             the models (--api-key-file)",
+            args.host
+        );
+    }
     let config = ServeConfig {
         addr: SocketAddr::new(args.host, args.port),
         max_body_bytes: args.max_body_bytes,
         max_inputs: args.max_inputs,
+        max_elements: args.max_elements,
+        body_timeout: Duration::try_from_secs_f64(args.body_timeout_s)
+            .context("--body-timeout-s")?,
+        api_key,
+        protect_metrics: args.protect_metrics,
         max_seq_len: args.max_seq_len,
         truncate: args.truncate,
         request_timeout: Duration::try_from_secs_f64(args.timeout_s).context("--timeout-s")?,
@@ -171,7 +238,11 @@ pub fn run(args: Args) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let served = rt.block_on(async {
+        let began = Instant::now();
         let server = Server::start(config, models).await?;
+        phases.add("queues started, socket bound", began.elapsed());
+        // The figure an autoscaler waits for (issue 19): launch to ready, phase by phase.
+        tracing::info!("startup: ready after {}", phases.summary());
         // One plain line on stdout, so scripts can learn the port when it was 0.
         let names: Vec<String> = devices.iter().map(|d| d.name()).collect();
         println!(
@@ -198,6 +269,7 @@ fn load_replicas(
     dirs: &[(String, PathBuf)],
     mlp: bool,
     dtype: ComputeDType,
+    warm_up: bool,
 ) -> Result<Vec<ModelSpec>> {
     let mut models = Vec::new();
     for (name, dir) in dirs {
@@ -208,6 +280,11 @@ fn load_replicas(
                 dev.name()
             )
         })?;
+        if warm_up {
+            embedder
+                .warm_up()
+                .with_context(|| format!("warming up {name} on {}", dev.name()))?;
+        }
         models.push(ModelSpec::Embedder {
             name: name.clone(),
             embedder: Arc::new(embedder),

@@ -5,14 +5,13 @@ pub mod tensors;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
+use crate::body::Body;
 use crate::models::{EmbedderEndpoint, ServedModel, TensorEndpoint};
 use crate::state::AppState;
 use crate::{Error, Result};
@@ -117,15 +116,15 @@ pub async fn infer(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: std::result::Result<Bytes, BytesRejection>,
+    body: std::result::Result<Body, Error>,
 ) -> Result<Response> {
-    let body = body.map_err(|r| state.body_error(r))?;
+    let Body(body) = body?;
     let model = state.registry.get(&name)?;
     let header_len = headers.get(HEADER_LENGTH).and_then(|v| v.to_str().ok());
     let (json_part, binary) = tensors::split_body(&body, header_len)?;
     let req: InferRequest = serde_json::from_slice(json_part)
         .map_err(|e| Error::BadRequest(format!("malformed inference request: {e}")))?;
-    let inputs = tensors::decode_inputs(&req, binary)?;
+    let inputs = tensors::decode_inputs(&req, binary, state.config.max_elements)?;
     let deadline = Instant::now() + state.config.request_timeout;
     let outputs = match &*model {
         ServedModel::Embedder(e) => infer_embedder(&state, e, &model, inputs, deadline).await?,
@@ -158,7 +157,7 @@ pub async fn infer_version(
     state: State<Arc<AppState>>,
     Path((name, version)): Path<(String, String)>,
     headers: HeaderMap,
-    body: std::result::Result<Bytes, BytesRejection>,
+    body: std::result::Result<Body, Error>,
 ) -> Result<Response> {
     check_version(&version)?;
     infer(state, Path(name), headers, body).await

@@ -103,10 +103,45 @@ pub fn split_body<'a>(body: &'a [u8], header_len: Option<&str>) -> Result<(&'a [
     Ok(body.split_at(n))
 }
 
+/// Most dimensions a tensor shape may have.
+pub const MAX_RANK: usize = 8;
+
 /// Decodes every input of `req`, taking binary data from `binary` in input order.
-pub fn decode_inputs(req: &InferRequest, mut binary: &[u8]) -> Result<Vec<Input>> {
+///
+/// Nothing is allocated from a size the client declared before it is checked: each shape's
+/// element count is computed with checked arithmetic, held to `max_elements` (summed over the
+/// request's inputs; over it is [`Error::TooLarge`], 413), and compared with the data
+/// actually present (the JSON values, or the bytes of the binary part) before any buffer is
+/// made. FP32 values must be finite and within f32's range; INT32 values within i32's.
+///
+/// ```
+/// use streampool_serve::kserve::tensors::{decode_inputs, Data, InferRequest};
+/// let req: InferRequest = serde_json::from_str(
+///     r#"{"inputs":[{"name":"x","shape":[4294967296,256],"datatype":"FP32","data":[0.0]}]}"#,
+/// ).unwrap();
+/// assert!(decode_inputs(&req, &[], 1 << 20).is_err()); // refused, nothing allocated
+/// let req: InferRequest = serde_json::from_str(
+///     r#"{"inputs":[{"name":"x","shape":[2],"datatype":"FP32","data":[1.5, 2]}]}"#,
+/// ).unwrap();
+/// assert_eq!(decode_inputs(&req, &[], 16).unwrap()[0].data, Data::F32(vec![1.5, 2.0]));
+/// ```
+pub fn decode_inputs(
+    req: &InferRequest,
+    mut binary: &[u8],
+    max_elements: usize,
+) -> Result<Vec<Input>> {
     let mut out = Vec::with_capacity(req.inputs.len());
+    let mut elements = 0usize;
     for raw in &req.inputs {
+        if raw.shape.len() > MAX_RANK {
+            return Err(bad(
+                &raw.name,
+                format!(
+                    "shape has {} dimensions; at most {MAX_RANK} are accepted",
+                    raw.shape.len()
+                ),
+            ));
+        }
         let shape = raw
             .shape
             .iter()
@@ -122,6 +157,14 @@ pub fn decode_inputs(req: &InferRequest, mut binary: &[u8]) -> Result<Vec<Input>
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| bad(&raw.name, format!("shape {shape:?} overflows")))?;
+        elements = elements.saturating_add(count);
+        if elements > max_elements {
+            return Err(Error::TooLarge(format!(
+                "input {:?}: shape {shape:?} brings the request to {elements} elements, over the \
+                 limit of {max_elements} per request",
+                raw.name
+            )));
+        }
         let data = match raw.parameters.get("binary_data_size") {
             Some(size) => {
                 let size = size
@@ -169,7 +212,8 @@ fn bad(input: &str, msg: String) -> Error {
 }
 
 fn decode_json(name: &str, datatype: &str, value: &Value, count: usize) -> Result<Data> {
-    let mut leaves = Vec::with_capacity(count);
+    // Sized by the values present (bounded by the body), never by the declared count.
+    let mut leaves = Vec::new();
     flatten(value, &mut leaves, 0).map_err(|m| bad(name, m))?;
     if leaves.len() != count {
         return Err(bad(
@@ -182,7 +226,14 @@ fn decode_json(name: &str, datatype: &str, value: &Value, count: usize) -> Resul
         "FP32" => Data::F32(
             leaves
                 .iter()
-                .map(|v| v.as_f64().map(|x| x as f32).ok_or_else(|| wrong(v)))
+                .map(|v| {
+                    v.as_f64().and_then(finite_f32).ok_or_else(|| {
+                        bad(
+                            name,
+                            format!("value {v} is not a finite FP32 (|x| <= {:e})", f32::MAX),
+                        )
+                    })
+                })
                 .collect::<Result<_>>()?,
         ),
         "INT64" | "INT32" => Data::I64(
@@ -230,6 +281,13 @@ fn flatten<'a>(
     }
 }
 
+/// `x` as an f32 when it is finite and within f32's range (rounding to the nearest f32 is
+/// fine; overflowing to infinity is not).
+fn finite_f32(x: f64) -> Option<f32> {
+    let y = x as f32;
+    y.is_finite().then_some(y)
+}
+
 fn decode_binary(name: &str, datatype: &str, bytes: &[u8], count: usize) -> Result<Data> {
     let fixed = |width: usize| -> Result<()> {
         if Some(bytes.len()) != count.checked_mul(width) {
@@ -246,12 +304,17 @@ fn decode_binary(name: &str, datatype: &str, bytes: &[u8], count: usize) -> Resu
     Ok(match datatype {
         "FP32" => {
             fixed(4)?;
-            Data::F32(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            )
+            let values: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            if let Some(at) = values.iter().position(|x| !x.is_finite()) {
+                return Err(bad(
+                    name,
+                    format!("value {} at element {at} is not a finite FP32", values[at]),
+                ));
+            }
+            Data::F32(values)
         }
         "INT64" => {
             fixed(8)?;
@@ -273,7 +336,18 @@ fn decode_binary(name: &str, datatype: &str, bytes: &[u8], count: usize) -> Resu
             )
         }
         "BYTES" => {
-            // Each element: a 4-byte little-endian length, then that many bytes.
+            // Each element: a 4-byte little-endian length, then that many bytes. So the bytes
+            // hold at most a quarter as many elements: a larger declared count is refused
+            // before anything is allocated for it.
+            if count > bytes.len() / 4 {
+                return Err(bad(
+                    name,
+                    format!(
+                        "{} bytes cannot hold the shape's {count} BYTES elements",
+                        bytes.len()
+                    ),
+                ));
+            }
             let mut items = Vec::with_capacity(count);
             let mut rest = bytes;
             while !rest.is_empty() {

@@ -11,6 +11,8 @@
 //! | `streampool_http_requests_total` | counter | `method`, `route`, `code` |
 //! | `streampool_http_errors_total` | counter | `route`, `code` (4xx and 5xx) |
 //! | `streampool_http_request_duration_seconds` | histogram | `route` |
+//! | `streampool_http_panics_total` | counter | none (handlers that panicked; each answered 500) |
+//! | `streampool_http_unauthorized_total` | counter | none (answered 401: no or wrong API key) |
 //! | `streampool_queue_{submitted,completed,rejected,expired,failed}_total` | counter | `model`, `device` |
 //! | `streampool_batches_total` | counter | `model`, `device` |
 //! | `streampool_replica_routed_total` | counter | `model`, `device` |
@@ -80,6 +82,8 @@ pub struct Metrics {
     durations: DurationFamily,
     /// Set from the server's readiness at each scrape.
     pub(crate) ready: Gauge,
+    panics: Counter,
+    unauthorized: Counter,
 }
 
 impl Metrics {
@@ -112,6 +116,18 @@ impl Metrics {
             "Whether the server is ready: every replica loaded and accepting, not shutting down",
             ready.clone(),
         );
+        let panics = Counter::default();
+        registry.register(
+            "streampool_http_panics",
+            "Requests whose handler panicked (a bug): each was answered 500 and the server went on",
+            panics.clone(),
+        );
+        let unauthorized = Counter::default();
+        registry.register(
+            "streampool_http_unauthorized",
+            "Requests answered 401 for a missing or wrong API key",
+            unauthorized.clone(),
+        );
         registry.register_collector(Box::new(QueueCollector { models }));
         Self {
             registry,
@@ -119,7 +135,19 @@ impl Metrics {
             errors,
             durations,
             ready,
+            panics,
+            unauthorized,
         }
+    }
+
+    /// Counts a request whose handler panicked.
+    pub(crate) fn record_panic(&self) {
+        self.panics.inc();
+    }
+
+    /// Counts a request refused for its API key.
+    pub(crate) fn record_unauthorized(&self) {
+        self.unauthorized.inc();
     }
 
     /// Records one answered request.

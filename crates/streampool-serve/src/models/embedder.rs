@@ -6,8 +6,7 @@ use std::sync::Arc;
 use streampool::Device;
 use streampool_batch::{BatchConfig, BatchContext, BatchModel, ModelError, Replicas};
 use streampool_nn::pooling::{l2_normalize, mean_pool};
-use streampool_nn::{BertInput, SentenceEmbedder};
-use tokenizers::Tokenizer;
+use streampool_nn::{BertInput, BertTokenizer, SentenceEmbedder, TokenizePool};
 
 use crate::{Error, Result, ServeConfig};
 
@@ -28,15 +27,19 @@ struct EmbedBatch {
     embedder: Arc<SentenceEmbedder>,
 }
 
+/// One request's embedding, or why it has none: a non-finite row (e.g. a half-precision
+/// overflow) fails its own request only, not the others of its batch.
+type EmbedOutput = std::result::Result<Vec<f32>, String>;
+
 impl BatchModel for EmbedBatch {
     type Input = EmbedRequest;
-    type Output = Vec<f32>;
+    type Output = EmbedOutput;
 
     fn forward_batch(
         &self,
         inputs: Vec<EmbedRequest>,
         _ctx: &BatchContext,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
+    ) -> Result<Vec<EmbedOutput>, ModelError> {
         // Padded to the batch's longest input rather than to the bucket: every input of the
         // batch fits either way, and the padding is masked, so the shorter pad only saves work.
         let (ids, normalize): (Vec<Vec<i64>>, Vec<bool>) =
@@ -50,8 +53,6 @@ impl BatchModel for EmbedBatch {
             let hidden = self.embedder.model().forward(&input)?;
             mean_pool(&hidden, input.attention_mask())?.to_vec::<f32>()?
         };
-        // A half-precision overflow becomes an error for the batch, never NaN in a response.
-        self.embedder.check_finite(&flat)?;
         let mut rows: Vec<Vec<f32>> = flat
             .chunks_exact(self.embedder.dim())
             .map(<[f32]>::to_vec)
@@ -66,7 +67,15 @@ impl BatchModel for EmbedBatch {
                 *row = l2_normalize(&x)?.to_vec::<f32>()?;
             }
         }
-        Ok(rows)
+        // A half-precision overflow becomes an error for its own request, never NaN in a
+        // response.
+        Ok(rows
+            .into_iter()
+            .map(|row| match self.embedder.check_finite(&row) {
+                Ok(()) => Ok(row),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect())
     }
 
     fn check_input(&self, r: &EmbedRequest) -> Result<(), ModelError> {
@@ -94,9 +103,9 @@ impl BatchModel for EmbedBatch {
 /// replicas (one batch queue each) that requests are routed to.
 pub struct EmbedderEndpoint {
     /// Counts tokens with no truncation, so an over-long input is seen as such.
-    full: Tokenizer,
+    full: BertTokenizer,
     /// Truncates to `max_seq_len` (used only for inputs found too long, when truncating).
-    truncating: Tokenizer,
+    truncating: BertTokenizer,
     max_seq_len: usize,
     truncate: bool,
     vocab_size: usize,
@@ -129,18 +138,14 @@ impl EmbedderEndpoint {
         }
         let model_max = embedder.tokenizer().max_len();
         let max_seq_len = config.max_seq_len.unwrap_or(model_max).min(model_max);
-        let tokenizer = |truncation| -> Result<Tokenizer> {
-            let mut t = embedder.tokenizer().inner().clone();
-            t.with_padding(None);
-            t.with_truncation(truncation)
-                .map_err(|e| Error::Config(format!("tokenizer truncation: {e}")))?;
-            Ok(t)
+        // The embedder's own tokenizer, with other limits: its fast path and the results of
+        // `tokenizers` (`BertTokenizer`), as the embedder tokenizes in process.
+        let tokenizer = |max_len| {
+            BertTokenizer::new(embedder.tokenizer().inner().clone(), max_len)
+                .map_err(|e| Error::Config(format!("tokenizer: {e}")))
         };
-        let full = tokenizer(None)?;
-        let truncating = tokenizer(Some(tokenizers::TruncationParams {
-            max_length: max_seq_len,
-            ..Default::default()
-        }))?;
+        let full = tokenizer(usize::MAX)?;
+        let truncating = tokenizer(max_seq_len)?;
         let mut buckets: Vec<usize> = BUCKETS.into_iter().filter(|&b| b < max_seq_len).collect();
         buckets.push(max_seq_len);
         let batch = BatchConfig {
@@ -195,25 +200,29 @@ impl EmbedderEndpoint {
 
     /// [`EmbedderEndpoint::tokenize`] with the request's own choice to truncate.
     pub fn tokenize_with(&self, text: &str, truncate: bool) -> Result<Vec<i64>> {
-        let widen = |e: tokenizers::Encoding| e.get_ids().iter().map(|&x| i64::from(x)).collect();
-        let enc = self
-            .full
-            .encode(text, true)
-            .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))?;
-        if enc.len() <= self.max_seq_len {
-            return Ok(widen(enc));
+        let encode = |tok: &BertTokenizer| {
+            tok.encode_ids(text)
+                .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
+        };
+        let ids = encode(&self.full)?;
+        if ids.len() <= self.max_seq_len {
+            return Ok(ids);
         }
         if !truncate {
             return Err(Error::InputTooLong(format!(
                 "input of {} tokens exceeds the maximum of {} (not truncating)",
-                enc.len(),
+                ids.len(),
                 self.max_seq_len
             )));
         }
-        self.truncating
-            .encode(text, true)
-            .map(widen)
-            .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
+        encode(&self.truncating)
+    }
+
+    /// [`EmbedderEndpoint::tokenize_with`] for every text, in order; the first error (in
+    /// text order) fails the whole request. Spread over the tokenization pool's threads
+    /// when called on one of them (as the server does for large requests), else serial.
+    pub fn tokenize_many(&self, texts: &[String], truncate: bool) -> Result<Vec<Vec<i64>>> {
+        TokenizePool::global().map(texts, |t| self.tokenize_with(t, truncate))
     }
 
     /// Checks (and maybe truncates, as the server's `truncate` setting says) a sequence of
@@ -272,6 +281,14 @@ impl EmbedderEndpoint {
             .into_iter()
             .map(|ids| EmbedRequest { ids, normalize })
             .collect();
-        super::run_all(&self.replicas, requests, deadline)
+        let answers = super::run_all(&self.replicas, requests, deadline);
+        async move {
+            answers
+                .await?
+                .into_iter()
+                .enumerate()
+                .map(|(i, row)| row.map_err(|e| Error::NonFinite(format!("input {i}: {e}"))))
+                .collect()
+        }
     }
 }

@@ -133,7 +133,10 @@ impl TensorEndpoint {
         &self.replicas
     }
 
-    /// Runs `rows` through the queue; each output row is checked to have `out_features`.
+    /// Runs `rows` through the queue; each output row is checked to have `out_features`
+    /// values, all finite: a NaN or infinity (inputs that overflow the model's arithmetic)
+    /// is [`Error::NonFinite`] for this request, never a `null` or `0.0` answered as success.
+    /// Other requests of the same batch are unaffected.
     pub async fn infer(&self, rows: Vec<Vec<f32>>, deadline: Instant) -> Result<Vec<Vec<f32>>> {
         let out = super::run_all(&self.replicas, rows, deadline).await?;
         if let Some(bad) = out.iter().find(|r| r.len() != self.model.out_features) {
@@ -141,6 +144,12 @@ impl TensorEndpoint {
                 "model returned a row of {} values, expected {}",
                 bad.len(),
                 self.model.out_features
+            )));
+        }
+        if let Some(row) = out.iter().position(|r| r.iter().any(|x| !x.is_finite())) {
+            return Err(Error::NonFinite(format!(
+                "the model's output for input row {row} is not finite (NaN or infinity): the \
+                 inputs overflow its f32 arithmetic"
             )));
         }
         Ok(out)

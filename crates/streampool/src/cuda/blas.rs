@@ -216,7 +216,9 @@ impl Blas {
         let (op_a, ld_a) = transposed(a, m, k, &self.device)?;
         let lt = match &mut self.lt {
             Some(lt) => lt,
-            None => self.lt.insert(BlasLt::new(&self.device)?),
+            None => self.lt.insert(crate::phases::timed("cuBLASLt handle", || {
+                BlasLt::new(&self.device)
+            })?),
         };
         let t = |op| op == cublasOperation_t::CUBLAS_OP_T;
         // cuBLAS is column-major: the row-major product is out^T = b^T @ a^T, whose rows are

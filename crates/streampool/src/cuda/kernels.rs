@@ -1,23 +1,22 @@
 //! The CUDA backend's launcher: the one `match` from [`Kernel`] to NVRTC kernels and cuBLAS.
 //!
-//! The CUDA C source (`kernels.cu`) is compiled by NVRTC once per device, at the first launch
-//! on any of its streams, through the device's [`KernelCache`](crate::KernelCache): threads
-//! racing to the first launch wait for the single compile.
+//! The functions it launches are [`Module`]'s: `kernels.cu`, built once per device at the
+//! first launch on any of its streams (or earlier, by `Device::load_kernels`), through the
+//! device's [`KernelCache`](crate::KernelCache): threads racing to the first launch wait for
+//! the single build.
 
 use std::ffi::c_void;
 
 use cudarc::driver::sys::{CUfunction, CUstream};
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, DeviceRepr};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use cudarc::driver::{result, CudaFunction, DeviceRepr};
 
 use super::blas::Blas;
 use super::driver_err;
+use super::module::Module;
 use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, Strided, UnaryOp};
-use crate::sync::{Arc, Mutex};
+use crate::phases::timed;
+use crate::sync::Mutex;
 use crate::{DType, Error, Result};
-
-/// The CUDA C source of every kernel.
-pub(crate) const SOURCE: &str = include_str!("kernels.cu");
 
 /// Most dimensions a strided kernel takes after coalescing (`SP_MAX_DIMS` in `kernels.cu`).
 const MAX_DIMS: usize = 8;
@@ -39,22 +38,6 @@ struct Dims {
 // SAFETY: plain `repr(C)` data of integers, laid out as `struct Dims` in `kernels.cu`.
 unsafe impl DeviceRepr for Dims {}
 
-/// One kernel in each floating-point storage type: `NAME_f32`, `NAME_f16`, `NAME_bf16`.
-pub(crate) struct PerDType([CudaFunction; 3]);
-
-impl PerDType {
-    fn get(&self, dtype: DType) -> Result<&CudaFunction> {
-        match dtype {
-            DType::F32 => Ok(&self.0[0]),
-            DType::F16 => Ok(&self.0[1]),
-            DType::BF16 => Ok(&self.0[2]),
-            DType::I64 => Err(Error::InvalidArgument(
-                "floating-point kernel launched on I64 data".into(),
-            )),
-        }
-    }
-}
-
 /// `sp_cast`'s dtype codes.
 fn dtype_code(dtype: DType) -> Result<i32> {
     match dtype {
@@ -69,109 +52,6 @@ fn dtype_code(dtype: DType) -> Result<i32> {
 /// head is zero-padded to the next one. Queries per block of that kernel.
 const ATTENTION_HEAD_DIMS: [usize; 4] = [16, 32, 64, 128];
 const ATTENTION_QUERIES: u32 = 64;
-
-/// The loaded module and its functions.
-pub(crate) struct Module {
-    _module: Arc<CudaModule>,
-    fill: PerDType,
-    cast: CudaFunction,
-    copy: [CudaFunction; 3],
-    unary: PerDType,
-    binary: PerDType,
-    softmax: PerDType,
-    layer_norm: PerDType,
-    layer_norm_warp: PerDType,
-    bias_act: PerDType,
-    bias_act4: PerDType,
-    bias_act_rows8: PerDType,
-    index_select: PerDType,
-    reduce: PerDType,
-    reduce_rows: PerDType,
-    attention: [PerDType; 4],
-    /// Tensor-core attention per head width of [`ATTENTION_HEAD_DIMS`], `[f16, bf16]`; only
-    /// when `tensor_cores` (the kernels are empty below sm_80).
-    attention_mma: [[CudaFunction; 2]; 4],
-    tensor_cores: bool,
-    mean_pool_norm: PerDType,
-    sleep: CudaFunction,
-}
-
-impl Module {
-    /// Compiles `kernels.cu` with NVRTC and loads it into `ctx`.
-    pub(crate) fn build(ctx: &Arc<CudaContext>, device: &str) -> Result<Module> {
-        // The device's own virtual architecture (NVRTC's default may predate `__nanosleep`).
-        let arch = match ctx.compute_capability() {
-            Ok((7, 5)) => Some("compute_75"),
-            Ok((8, 0)) => Some("compute_80"),
-            Ok((8, 6)) => Some("compute_86"),
-            Ok((8, 9)) => Some("compute_89"),
-            Ok((9, 0)) => Some("compute_90"),
-            Ok((10, 0)) => Some("compute_100"),
-            Ok((12, 0)) => Some("compute_120"),
-            _ => None,
-        };
-        // mma.sync with f16/bf16 inputs and f32 accumulation needs sm_80.
-        let tensor_cores = matches!(ctx.compute_capability(), Ok((major, _)) if major >= 8);
-        let opts = CompileOptions {
-            // No fast math: accuracy against the CPU backend is part of the contract.
-            name: Some("streampool_kernels.cu".into()),
-            arch,
-            ..Default::default()
-        };
-        let ptx = compile_ptx_with_opts(SOURCE, opts).map_err(|e| Error::Backend {
-            device: device.to_string(),
-            msg: format!("NVRTC compile of kernels.cu failed: {e:?}"),
-        })?;
-        let module = ctx.load_module(ptx).map_err(|e| driver_err(device, e))?;
-        let f = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| driver_err(device, e))
-        };
-        let f3 = |name: &str| -> Result<PerDType> {
-            Ok(PerDType([
-                f(&format!("{name}_f32"))?,
-                f(&format!("{name}_f16"))?,
-                f(&format!("{name}_bf16"))?,
-            ]))
-        };
-        Ok(Module {
-            fill: f3("sp_fill")?,
-            cast: f("sp_cast")?,
-            copy: [f("sp_copy16")?, f("sp_copy32")?, f("sp_copy64")?],
-            unary: f3("sp_unary")?,
-            binary: f3("sp_binary")?,
-            softmax: f3("sp_softmax")?,
-            layer_norm: f3("sp_layer_norm")?,
-            layer_norm_warp: f3("sp_layer_norm_warp")?,
-            bias_act: f3("sp_bias_act")?,
-            bias_act4: f3("sp_bias_act4")?,
-            bias_act_rows8: f3("sp_bias_act_rows8")?,
-            index_select: f3("sp_index_select")?,
-            reduce: f3("sp_reduce")?,
-            reduce_rows: f3("sp_reduce_rows")?,
-            attention: [
-                f3("sp_attention16")?,
-                f3("sp_attention32")?,
-                f3("sp_attention64")?,
-                f3("sp_attention128")?,
-            ],
-            attention_mma: {
-                let f2 = |hd: usize| -> Result<[CudaFunction; 2]> {
-                    Ok([
-                        f(&format!("sp_attention_mma{hd}_f16"))?,
-                        f(&format!("sp_attention_mma{hd}_bf16"))?,
-                    ])
-                };
-                [f2(16)?, f2(32)?, f2(64)?, f2(128)?]
-            },
-            tensor_cores,
-            mean_pool_norm: f3("sp_mean_pool_norm")?,
-            sleep: f("sp_sleep")?,
-            _module: module,
-        })
-    }
-}
 
 /// Everything a launch needs from its stream.
 pub(crate) struct Launcher<'a> {
@@ -334,7 +214,9 @@ impl Launcher<'_> {
                 // sharing this stream never drive its handle at once.
                 let mut guard = self.blas.lock();
                 if guard.is_none() {
-                    *guard = Some(Blas::new(self.stream, self.device)?);
+                    *guard = Some(timed("cuBLAS handle", || {
+                        Blas::new(self.stream, self.device)
+                    })?);
                 }
                 let blas = guard.as_mut().expect("created above");
                 if let (Some(bias), 1) = (bias, batch) {

@@ -8,7 +8,8 @@
 //! | event     | a `CUevent` recycled by its stream, untimed unless asked ([`event`])      |
 //! | copies    | small ones staged through pinned buffers and an upload ring ([`staging`]) |
 //! | memory    | plain `cuMemAlloc` / `cuMemFree` under the caching allocator               |
-//! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`kernels`])             |
+//! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`module`], [`nvrtc`])   |
+//! |           | to a cubin kept on disk for the next process ([`DiskCache`])             |
 //! | matmul    | cuBLAS, one handle and workspace per stream ([`blas`])                    |
 //!
 //! Memory is raw device pointers managed by our caching allocator, so cudarc's per-slice event
@@ -28,6 +29,8 @@ pub(crate) mod blas;
 pub(crate) mod blas_lt;
 pub(crate) mod event;
 pub(crate) mod kernels;
+pub(crate) mod module;
+pub(crate) mod nvrtc;
 pub(crate) mod staging;
 pub(crate) mod stream;
 
@@ -40,8 +43,11 @@ use cudarc::driver::sys::CUresult;
 use cudarc::driver::{result, CudaContext};
 
 use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
+use crate::phases::timed;
 use crate::sync::{Arc, Mutex};
-use crate::{Device, DeviceConfig, DeviceKind, Error, KernelCache, Result};
+use crate::{
+    Device, DeviceConfig, DeviceKind, DiskCache, Error, KernelCache, KernelCacheDir, Result,
+};
 
 /// What a CUDA device shares with its streams.
 pub(crate) struct Shared {
@@ -56,7 +62,20 @@ pub(crate) struct Shared {
     /// How the host waits for events (`STREAMPOOL_CUDA_WAIT`).
     pub(crate) wait: event::WaitPolicy,
     /// NVRTC modules, built once per device and shared by every stream and thread.
-    pub(crate) kernels: KernelCache<&'static str, kernels::Module>,
+    pub(crate) kernels: KernelCache<&'static str, module::Module>,
+    /// Where compiled kernels are kept between processes (`None`: off), from
+    /// [`DeviceConfig::kernel_cache`] at open.
+    pub(crate) kernel_disk: Option<DiskCache>,
+}
+
+impl Shared {
+    /// `kernels.cu`'s module, built by the first caller (see [`module::Module::build`]);
+    /// concurrent callers wait for that build.
+    pub(crate) fn module(&self) -> Result<Arc<module::Module>> {
+        self.kernels.get_or_build("kernels.cu", || {
+            module::Module::build(&self.ctx, &self.name, self.kernel_disk.as_ref())
+        })
+    }
 }
 
 /// One GPU.
@@ -99,10 +118,12 @@ pub(crate) fn bind(ctx: &CudaContext) -> std::result::Result<(), DriverError> {
 
 impl CudaDevice {
     /// Opens GPU `ordinal`, or says why it cannot (never panics when CUDA is absent).
-    fn open(ordinal: usize) -> Result<Self> {
+    fn open(ordinal: usize, kernel_cache: &KernelCacheDir) -> Result<Self> {
         let unavailable = |what: &str| Error::Unavailable(format!("cuda:{ordinal}: {what}"));
+        // Timed (`crate::phases`): loading libcublas (and the libcublasLt it pulls in, some
+        // hundreds of MB) can be a visible part of a cold start.
         // SAFETY: only tries to load the shared libraries; nothing is called through them.
-        let libs = unsafe {
+        let libs = timed("CUDA libraries loaded", || unsafe {
             [
                 (
                     "libcuda (the NVIDIA driver)",
@@ -111,17 +132,18 @@ impl CudaDevice {
                 ("libnvrtc", cudarc::nvrtc::sys::is_culib_present()),
                 ("libcublas", cudarc::cublas::sys::is_culib_present()),
             ]
-        };
+        });
         if let Some((lib, _)) = libs.iter().find(|(_, present)| !present) {
             return Err(unavailable(&format!("{lib} not found")));
         }
-        result::init().map_err(|e| unavailable(&format!("cuInit failed: {e:?}")))?;
+        timed("cuInit", result::init).map_err(|e| unavailable(&format!("cuInit failed: {e:?}")))?;
         let count = result::device::get_count()
             .map_err(|e| unavailable(&format!("no device count: {e:?}")))?;
         if ordinal >= count.max(0) as usize {
             return Err(unavailable(&format!("only {count} CUDA device(s) present")));
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| unavailable(&format!("{e:?}")))?;
+        let ctx = timed("CUDA context created", || CudaContext::new(ordinal))
+            .map_err(|e| unavailable(&format!("{e:?}")))?;
         // SAFETY: we create no `CudaSlice`; our allocator tracks every use itself (module doc).
         unsafe { ctx.disable_event_tracking() };
         let gpu = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
@@ -135,6 +157,7 @@ impl CudaDevice {
                 ctx,
                 name,
                 kernels: KernelCache::new(),
+                kernel_disk: kernel_cache.resolve(),
             }),
         })
     }
@@ -195,6 +218,10 @@ impl BackendDevice for CudaDevice {
         false
     }
 
+    fn load_kernels(&self) -> Result<()> {
+        self.shared.module().map(drop)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -244,7 +271,7 @@ impl Device {
     /// A new, separate device on CUDA GPU `ordinal` with its own streams, allocator and
     /// kernel cache (e.g. with a memory limit). It shares the GPU's primary context.
     pub fn cuda_with(ordinal: usize, config: DeviceConfig) -> Result<Device> {
-        let backend = CudaDevice::open(ordinal)?;
+        let backend = CudaDevice::open(ordinal, &config.kernel_cache)?;
         Device::with_backend(
             Device::next_id(),
             DeviceKind::Cuda(ordinal),

@@ -7,7 +7,8 @@ use cudarc::driver::{result, CudaStream as RawStream};
 
 use super::blas::Blas;
 use super::event::{CudaEvent, EventPool};
-use super::kernels::{Launcher, Module};
+use super::kernels::Launcher;
+use super::module::Module;
 use super::staging::{Staging, UploadRing};
 use super::{driver_err, Shared};
 use crate::backend::{BackendEvent, BackendGraph, BackendPinned, BackendStream, DevicePtr};
@@ -86,10 +87,7 @@ impl CudaStream {
         if let Some(m) = self.module.get() {
             return Ok(m);
         }
-        let shared = &self.shared;
-        let m = shared
-            .kernels
-            .get_or_build("kernels.cu", || Module::build(&shared.ctx, &shared.name))?;
+        let m = self.shared.module()?;
         Ok(self.module.get_or_init(|| m))
     }
 }

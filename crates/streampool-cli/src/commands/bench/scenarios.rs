@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Result};
 use streampool::{Device, Tensor};
 use streampool_batch::{BatchConfig, BatchModel, BatchQueue, StatsSnapshot};
-use streampool_nn::ComputeDType;
+use streampool_nn::{ComputeDType, TokenizePool};
 
 use super::measure::{closed_loop, median_time, Latency, LoopResult, Window};
 use super::report::Record;
-use super::workloads::Workload;
+use super::workloads::{Tokenize, Workload};
 
 /// Request numbers of different threads never overlap below this many calls per thread, so
 /// threads cycle through the input pool from different places.
@@ -55,16 +55,29 @@ pub fn ceiling(device: &Device, w: &Workload, batch: usize, window: Window) -> R
 /// the loop: each call uploads the token ids and mask, runs the forward, mean-pools and
 /// normalizes, and reads the embeddings back. The same counting as PyTorch's `forward`
 /// figure in `bench/torch_baseline.py` (tokenization excluded); the MLP has no such split.
+/// Before the loop it times tokenizing the batch (medians) by the pool path `embed` uses,
+/// by the fast path on one thread and by `tokenizers`' own `encode_batch`, in host
+/// nanoseconds per token.
 pub fn forward(device: &Device, w: &Workload, batch: usize, window: Window) -> Result<Record> {
     let Workload::Encoder(e) = w else {
         bail!("the forward scenario is for the minilm workloads");
     };
     let input = e.tokenized(batch, 0)?;
-    let tokenize_s = median_time(5, || e.tokenized(batch, 0).map(drop))?;
+    let tokens = input.attention_mask().iter().filter(|&&m| m != 0).count();
+    let time =
+        |how: Tokenize, reps: usize| median_time(reps, || e.tokenized_by(batch, 0, how).map(drop));
+    let pool_s = time(Tokenize::Pool, 7)?;
+    let serial_s = time(Tokenize::Serial, 5)?;
+    let tokenizers_s = time(Tokenize::Tokenizers, 3)?;
+    let per_token = |s: f64| s * 1e9 / tokens.max(1) as f64;
     let r = closed_loop(1, window, || {}, |_, _| e.forward(&input).map(drop))?;
     let mut rec = record(device, w, "forward", batch, &r);
     rec.threads = Some(1);
-    rec.tokenize_ms = Some(tokenize_s * 1e3);
+    rec.tokenize_ms = Some(pool_s * 1e3);
+    rec.tokenize_ns_per_token = Some(per_token(pool_s));
+    rec.tokenize_serial_ns_per_token = Some(per_token(serial_s));
+    rec.tokenize_tokenizers_ns_per_token = Some(per_token(tokenizers_s));
+    rec.tokenize_threads = Some(TokenizePool::global().threads());
     Ok(rec)
 }
 
@@ -374,6 +387,14 @@ mod tests {
         assert_eq!(rec.series(), "minilm32 f32");
         assert!(rec.calls > 0 && rec.throughput_per_s > 0.0);
         assert!(rec.tokenize_ms.is_some_and(|t| t > 0.0));
+        for ns in [
+            rec.tokenize_ns_per_token,
+            rec.tokenize_serial_ns_per_token,
+            rec.tokenize_tokenizers_ns_per_token,
+        ] {
+            assert!(ns.is_some_and(|t| t > 0.0));
+        }
+        assert!(rec.tokenize_threads.is_some_and(|t| t >= 1));
         let json = serde_json::to_value(&rec).unwrap();
         assert_eq!(json["scenario"], "forward");
         assert_eq!(json["dtype"], "f32");

@@ -174,6 +174,18 @@ pub fn choose_encoder(explicit: Option<PathBuf>) -> Result<EncoderChoice> {
     }
 }
 
+/// A tokenization path of the encoder workloads (all give the same batch).
+#[derive(Debug, Clone, Copy)]
+pub enum Tokenize {
+    /// What `embed` and `tokenize` do: the fast path, large batches on the tokenization pool.
+    Pool,
+    /// The fast path on the calling thread alone.
+    Serial,
+    /// `tokenizers`' own `encode_batch` (full encodings, its own rayon parallelism on rayon's
+    /// global pool unless `TOKENIZERS_PARALLELISM` is false): the path before the fast path.
+    Tokenizers,
+}
+
 /// A sentence encoder (tokenizer + BERT + pooling) fed sentences of exactly `seq` tokens.
 /// Through a BatchQueue it tokenizes in the queue's preparing stage (see
 /// [`BatchModel::prepares`]) unless built with `pipelined` false.
@@ -226,10 +238,20 @@ impl EncoderWorkload {
 
     /// Sentences `first..first + rows` tokenized into one batch (outside any timed loop).
     pub fn tokenized(&self, rows: usize, first: usize) -> Result<BertInput> {
+        self.tokenized_by(rows, first, Tokenize::Pool)
+    }
+
+    /// [`Self::tokenized`] by one of the tokenization paths, to time them side by side.
+    pub fn tokenized_by(&self, rows: usize, first: usize, how: Tokenize) -> Result<BertInput> {
         let texts: Vec<&str> = (0..rows)
             .map(|r| self.sentences[(first + r) % INPUT_POOL].as_str())
             .collect();
-        Ok(self.embedder.tokenize(&texts)?)
+        let tok = self.embedder.tokenizer();
+        Ok(match how {
+            Tokenize::Pool => self.embedder.tokenize(&texts)?,
+            Tokenize::Serial => tok.encode_batch_serial(&texts)?,
+            Tokenize::Tokenizers => tok.encode_batch_general(&texts)?,
+        })
     }
 
     /// One call on a tokenized batch: upload of the token ids and mask, forward, mean pool
