@@ -7,7 +7,7 @@
 #   scripts/load-test.sh                       # CPU, 10 s per point
 #   DURATION=5s CONCURRENCY="1 64" scripts/load-test.sh
 #   DEVICE=cuda scripts/load-test.sh           # needs a binary built with --features cuda
-#   SERVE_ARGS="--max-wait-ms 0" scripts/load-test.sh   # extra `streampool serve` flags
+#   SERVE_ARGS="--max-wait-ms 1" scripts/load-test.sh   # extra `streampool serve` flags
 # Without wrk (e.g. on the GPU machine), `streampool loadgen` is the project's own load
 # generator (bench/README.md; scripts/device/served-s5.sh runs issue #19's served points).
 set -euo pipefail

@@ -11,13 +11,23 @@ use crate::handoff::Handoff;
 use crate::shared::Shared;
 use crate::{BatchConfig, BatchError, BatchModel, Handle, StatsSnapshot};
 
-/// Dynamic batching over a model: many threads (or tasks) submit single requests, worker
-/// threads run them in batches, and every caller gets its own output back.
+/// Dynamic batching over a model: many threads (or tasks) submit requests (one input, or a
+/// group of inputs), worker threads run them in batches, and every caller gets its own
+/// output back.
+///
+/// **Continuous batching.** A free worker runs whatever is queued at once (up to
+/// `max_batch_size` inputs and `max_batch_tokens` tokens); batches grow only while every
+/// worker is busy, from what arrived meanwhile. Nothing waits for a window unless
+/// [`BatchConfig::max_wait`] is set. Admission is by capacity: see [`BatchConfig`].
 ///
 /// A model with a host preparation step ([`BatchModel::prepares`], e.g. tokenization) gets
 /// two threads per worker instead of one, sharing the worker's stream: one forms and prepares
 /// the next batch while the other runs the current one, so the host work of batch N+1 is
-/// hidden behind the device work of batch N.
+/// hidden behind the device work of batch N. The preparing stage does not form batch N+1 as
+/// soon as batch N starts (it would hold only what had arrived by then, and everything
+/// arriving behind it would wait a whole extra batch): it forms at once only while its
+/// runner is idle, else once a full batch is waiting or batch N is expected to end within
+/// the time preparing takes (both times measured over recent batches).
 ///
 /// Each of the `workers` threads owns one stream of the model's device (see
 /// [`BatchModel::device`]) and makes it current for its whole life, so while one worker's
@@ -44,7 +54,7 @@ use crate::{BatchConfig, BatchError, BatchModel, Handle, StatsSnapshot};
 ///     }
 /// }
 ///
-/// let config = BatchConfig { max_batch_size: 8, max_wait: Duration::from_millis(1), ..Default::default() };
+/// let config = BatchConfig { max_batch_size: 8, ..Default::default() };
 /// let queue = BatchQueue::new(Square, config).unwrap();
 /// std::thread::scope(|s| {
 ///     for i in 0..4i64 {
@@ -53,6 +63,10 @@ use crate::{BatchConfig, BatchError, BatchModel, Handle, StatsSnapshot};
 ///     }
 /// });
 /// assert_eq!(queue.stats().completed, 4);
+/// // A client request of several inputs is admitted (or refused) as one.
+/// let handles = queue.submit_group(vec![5, 6, 7]).unwrap();
+/// let outs: Vec<i64> = handles.into_iter().map(|h| h.wait().unwrap()).collect();
+/// assert_eq!(outs, vec![25, 36, 49]);
 /// ```
 pub struct BatchQueue<M: BatchModel> {
     shared: Arc<Shared<M>>,
@@ -102,7 +116,7 @@ impl<M: BatchModel> BatchQueue<M> {
             .name(format!("streampool-batch-{i}"))
             .spawn(move || {
                 let _guard = run_stream.as_ref().map(StreamGuard::new);
-                shared.serve_running(&ready);
+                shared.serve_running(i, &ready);
             });
         self.keep(running)?;
         let (shared, prep) = (self.shared.clone(), handoff.clone());
@@ -148,9 +162,10 @@ impl<M: BatchModel> BatchQueue<M> {
     }
 
     /// Queues `input` and returns at once with a [`Handle`] to wait on (blocking or `.await`).
-    /// Fails immediately with [`BatchError::QueueFull`] when `max_queue` requests wait, with
-    /// [`BatchError::InputTooLong`] when no bucket fits, and with [`BatchError::ShutDown`]
-    /// after shutdown.
+    /// Fails immediately with [`BatchError::QueueFull`] when admission refuses it (see
+    /// [`BatchConfig`]: a memory cap, or `max_queue_wait` exceeded by the estimated wait;
+    /// never while nothing waits), with [`BatchError::InputTooLong`] when no bucket fits, and
+    /// with [`BatchError::ShutDown`] after shutdown.
     pub fn submit(&self, input: M::Input) -> Result<Handle<M::Output>, BatchError> {
         self.shared.submit(input, None)
     }
@@ -165,14 +180,47 @@ impl<M: BatchModel> BatchQueue<M> {
         self.shared.submit(input, Some(deadline))
     }
 
-    /// The router's submit: like [`BatchQueue::submit_with_deadline`], but a full or closed
-    /// queue gives the input back.
-    pub(crate) fn try_submit(
+    /// Queues `inputs` as one request, all or none: admission (see [`BatchConfig`]) counts
+    /// the group once against `max_queue` and by its tokens against `max_queue_tokens`, and a
+    /// group is never refused while nothing waits, however many inputs it has. One input the
+    /// model refuses ([`BatchError::InvalidInput`], [`BatchError::InputTooLong`]) refuses the
+    /// group. The inputs are then batched like any others (with each other and with other
+    /// callers' inputs, possibly over several batches); one handle per input, in order.
+    pub fn submit_group(
         &self,
-        input: M::Input,
+        inputs: Vec<M::Input>,
+    ) -> Result<Vec<Handle<M::Output>>, BatchError> {
+        self.shared.submit_group(inputs, None)
+    }
+
+    /// [`BatchQueue::submit_group`] with a deadline for every input: refused when the
+    /// estimated wait exceeds the time left to it, and an input still queued when it passes
+    /// is answered [`BatchError::DeadlineExceeded`] and never run.
+    pub fn submit_group_with_deadline(
+        &self,
+        inputs: Vec<M::Input>,
+        deadline: Instant,
+    ) -> Result<Vec<Handle<M::Output>>, BatchError> {
+        self.shared.submit_group(inputs, Some(deadline))
+    }
+
+    /// Runs `inputs` as one group (see [`BatchQueue::submit_group`]) and blocks until every
+    /// output is back; the first error (in input order) answers the call.
+    pub fn infer_group(&self, inputs: Vec<M::Input>) -> Result<Vec<M::Output>, BatchError> {
+        self.submit_group(inputs)?
+            .into_iter()
+            .map(Handle::wait)
+            .collect()
+    }
+
+    /// The router's submit: like [`BatchQueue::submit_group_with_deadline`], but a group
+    /// refused for load or by a closed queue gives its inputs back.
+    pub(crate) fn try_submit_group(
+        &self,
+        inputs: Vec<M::Input>,
         deadline: Option<Instant>,
-    ) -> Result<Handle<M::Output>, crate::shared::Refused<M::Input>> {
-        self.shared.try_submit(input, deadline)
+    ) -> Result<Vec<Handle<M::Output>>, crate::shared::Refused<M::Input>> {
+        self.shared.try_submit_group(inputs, deadline)
     }
 
     /// The async [`BatchQueue::infer`]: submitting never blocks, and waiting is a future that
@@ -183,7 +231,9 @@ impl<M: BatchModel> BatchQueue<M> {
 
     /// A snapshot of the statistics.
     pub fn stats(&self) -> StatsSnapshot {
-        self.shared.stats.snapshot(self.shared.queue.len())
+        self.shared
+            .stats
+            .snapshot(self.shared.queue.load(), self.shared.estimates.rate())
     }
 
     /// Clears counters, histogram and latency windows (e.g. after a warm-up).
@@ -191,9 +241,19 @@ impl<M: BatchModel> BatchQueue<M> {
         self.shared.stats.reset();
     }
 
-    /// Requests waiting now (not counting batches being formed or run).
+    /// Inputs waiting now (not counting batches being formed or run).
     pub fn queue_len(&self) -> usize {
-        self.shared.queue.len()
+        self.shared.queue.load().inputs
+    }
+
+    /// Requests waiting now (a group counts once; see [`BatchQueue::submit_group`]).
+    pub fn queued_requests(&self) -> usize {
+        self.shared.queue.load().requests
+    }
+
+    /// Tokens waiting now (see [`BatchConfig`] on how inputs count).
+    pub fn queued_tokens(&self) -> usize {
+        self.shared.queue.load().tokens
     }
 
     /// The total [`BatchModel::cost`] of the requests accepted and not yet answered (queued,

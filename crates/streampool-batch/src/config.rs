@@ -4,29 +4,65 @@ use std::time::Duration;
 
 use crate::BatchError;
 
-/// How a [`BatchQueue`](crate::BatchQueue) forms and runs batches.
+/// How a [`BatchQueue`](crate::BatchQueue) forms, runs and admits batches.
+///
+/// **Forming (continuous batching).** A free worker takes whatever is queued at once, up to
+/// `max_batch_size` requests and `max_batch_tokens` tokens; requests accumulate into larger
+/// batches only while every worker is busy. Nothing waits for a window unless `max_wait` is
+/// set. A pipelined worker ([`BatchModel::prepares`](crate::BatchModel::prepares)) forms its
+/// next batch while the current one runs, but not earlier than it needs to: see
+/// [`BatchQueue`](crate::BatchQueue).
+///
+/// **Tokens.** An input counts `max(1, input_len)` tokens
+/// ([`BatchModel::input_len`](crate::BatchModel::input_len)), so a model without lengths
+/// counts one per input. A batch costs `rows x longest input` tokens: what the forward of a
+/// batch padded to its longest input computes (the server's embedder pads that way; a model
+/// that pads to its bucket computes up to `rows x bucket`).
+///
+/// **Admission.** A submit (one input, or a group of inputs through
+/// [`BatchQueue::submit_group`](crate::BatchQueue::submit_group), which counts as one
+/// request) is refused with [`BatchError::QueueFull`] only when
+/// - the estimated wait before it starts (tokens queued ahead of it over the measured service
+///   rate) exceeds its deadline or `max_queue_wait`, or
+/// - `max_queue` requests or `max_queue_tokens` tokens already wait (memory caps).
+///
+/// A request is never refused while nothing waits in the queue (a worker is free or about to
+/// be), whatever its size.
 ///
 /// ```
 /// use std::time::Duration;
 /// use streampool_batch::BatchConfig;
 /// let config = BatchConfig {
-///     max_batch_size: 32,
-///     max_wait: Duration::from_millis(2),
+///     max_batch_size: 64,
+///     max_batch_tokens: 8192,
+///     max_queue_wait: Some(Duration::from_millis(500)),
 ///     ..BatchConfig::default()
 /// };
 /// assert!(config.validate().is_ok());
+/// assert!(config.max_wait.is_zero(), "no batching window by default");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchConfig {
-    /// Most requests in one batch (>= 1).
+    /// Most requests (inputs) in one batch (>= 1).
     pub max_batch_size: usize,
-    /// How long a worker holding a partial batch waits for more requests before running it.
-    /// The window opens when the worker takes the batch's first request.
+    /// Most tokens in one batch, counted as `rows x longest input` (>= 1; see the type's
+    /// docs). A single input longer than this still runs, alone. Default 16,384 (TEI's).
+    pub max_batch_tokens: usize,
+    /// Opt-in upper bound on how long a worker holding a partial batch waits for more
+    /// requests before running it (the window opens when it takes the batch's first request).
+    /// Default zero: a free worker runs what is queued at once. Set it only where waiting
+    /// measurably raises throughput (e.g. closed-loop callers that would otherwise split into
+    /// alternating small and large batches).
     pub max_wait: Duration,
-    /// Most requests waiting in the queue (>= 1); a submit beyond it is rejected at once
-    /// with [`BatchError::QueueFull`]. Requests already taken into a forming or running batch
-    /// do not count.
+    /// Most requests waiting in the queue (>= 1): a memory cap. A group of inputs counts once;
+    /// requests taken into a forming or running batch do not count.
     pub max_queue: usize,
+    /// Most tokens waiting in the queue (>= 1): a memory cap (see the type's docs for how
+    /// inputs count).
+    pub max_queue_tokens: usize,
+    /// Refuse a request whose estimated wait before it starts exceeds this (its own deadline,
+    /// if earlier, bounds it too). `None`: only deadlines and the memory caps refuse.
+    pub max_queue_wait: Option<Duration>,
     /// Worker threads (>= 1), each running batches on its own stream of the model's device.
     pub workers: usize,
     /// Sequence-length buckets for variable-length inputs, e.g. `[16, 32, 64, 128]`. Empty:
@@ -41,8 +77,11 @@ impl Default for BatchConfig {
     fn default() -> Self {
         Self {
             max_batch_size: 32,
-            max_wait: Duration::from_millis(2),
+            max_batch_tokens: 16_384,
+            max_wait: Duration::ZERO,
             max_queue: 1024,
+            max_queue_tokens: 1 << 20,
+            max_queue_wait: None,
             workers: 2,
             buckets: Vec::new(),
         }
@@ -54,7 +93,9 @@ impl BatchConfig {
     pub fn validate(&self) -> Result<(), BatchError> {
         let positive = [
             ("max_batch_size", self.max_batch_size),
+            ("max_batch_tokens", self.max_batch_tokens),
             ("max_queue", self.max_queue),
+            ("max_queue_tokens", self.max_queue_tokens),
             ("workers", self.workers),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {

@@ -4,7 +4,10 @@
 //! submitted request gets exactly one answer, that it is its own, and that the model ran
 //! exactly the requests answered with an output. The `loom_pipelined_*` models do the same
 //! for a worker split into its preparing and running stages ([`Shared::serve_preparing`],
-//! [`Shared::serve_running`]) around the real [`Handoff`].
+//! [`Shared::serve_running`]) around the real [`Handoff`], including the preparing stage's
+//! hold on its runner (`loom_pipelined_hold_wakes_when_the_runner_is_idle`); the group
+//! models check that a group of inputs is admitted whole and each input answered to its own
+//! handle.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p streampool-batch --lib loom`.
 //! A timed wait under loom releases its lock, lets other threads run, and then times out (see
@@ -48,7 +51,7 @@ fn config(max_batch_size: usize, max_queue: usize, workers: usize) -> BatchConfi
         max_wait: Duration::from_secs(3600),
         max_queue,
         workers,
-        buckets: Vec::new(),
+        ..BatchConfig::default()
     }
 }
 
@@ -100,7 +103,7 @@ fn loom_two_callers_one_worker() {
         s.close(true);
         workers.into_iter().for_each(|w| w.join().unwrap());
         assert_eq!(ran_sorted(&model), vec![0, 1]);
-        assert_eq!(s.stats.snapshot(0).completed, 2);
+        assert_eq!(s.stats.snapshot(Default::default(), None).completed, 2);
         // Every request's cost was settled exactly once (the router's load figure).
         assert_eq!(s.outstanding(), 0);
     });
@@ -152,7 +155,7 @@ fn loom_deadline_races_claim() {
             Err(e) => {
                 assert_eq!(e, BatchError::DeadlineExceeded);
                 assert_eq!(ran, vec![3]);
-                assert_eq!(s.stats.snapshot(0).expired, 1);
+                assert_eq!(s.stats.snapshot(Default::default(), None).expired, 1);
             }
         }
         assert_eq!(s.outstanding(), 0, "an expired request is settled too");
@@ -202,10 +205,68 @@ fn loom_abandoned_handle() {
         drop(s.submit(9, None).unwrap());
         s.close(true);
         workers.into_iter().for_each(|w| w.join().unwrap());
-        let stats = s.stats.snapshot(0);
+        let stats = s.stats.snapshot(Default::default(), None);
         assert_eq!(stats.completed + stats.cancelled, 1);
         assert_eq!(model.ran.lock().unwrap().len() as u64, stats.completed);
         assert_eq!(s.outstanding(), 0, "a cancelled request is settled too");
+    });
+}
+
+/// A group of two and a single from another thread, one worker batching up to two: every
+/// input of the group and the single get their own answer, once, and the group counted as
+/// one request while it waited.
+#[test]
+fn loom_group_and_single() {
+    builder().check(|| {
+        let (s, model) = shared(config(2, 4, 1));
+        let workers = spawn_workers(&s, 1);
+        let single = {
+            let s = s.clone();
+            thread::spawn(move || s.submit(9, None).unwrap().wait())
+        };
+        let group = s.submit_group(vec![1, 2], None).unwrap();
+        let answers: Vec<_> = group.into_iter().map(|h| h.wait()).collect();
+        assert_eq!(answers, vec![Ok(11), Ok(21)]);
+        assert_eq!(single.join().unwrap(), Ok(91));
+        s.close(true);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        assert_eq!(ran_sorted(&model), vec![1, 2, 9]);
+        assert_eq!(
+            s.queue.load(),
+            Default::default(),
+            "every group left the count"
+        );
+        assert_eq!(s.outstanding(), 0);
+    });
+}
+
+/// A group refused by a full queue races a worker draining it: the group is queued whole
+/// or refused whole (its inputs given back), never split.
+#[test]
+fn loom_group_all_or_none() {
+    builder().check(|| {
+        let (s, model) = shared(config(1, 1, 1));
+        let workers = spawn_workers(&s, 1);
+        let first = s.submit(0, None).unwrap();
+        let group = s.try_submit_group(vec![1, 2], None);
+        let ran_group = match group {
+            Ok(handles) => {
+                let answers: Vec<_> = handles.into_iter().map(|h| h.wait()).collect();
+                assert_eq!(answers, vec![Ok(11), Ok(21)]);
+                true
+            }
+            Err(refused) => {
+                assert!(matches!(refused.error, BatchError::QueueFull { .. }));
+                assert_eq!(refused.inputs, Some(vec![1, 2]));
+                false
+            }
+        };
+        assert_eq!(first.wait(), Ok(1));
+        s.close(true);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        let want = if ran_group { vec![0, 1, 2] } else { vec![0] };
+        assert_eq!(ran_sorted(&model), want);
+        assert_eq!(s.outstanding(), 0);
     });
 }
 
@@ -248,7 +309,7 @@ fn spawn_pipelined(s: &Arc<Shared<Staged>>) -> Vec<thread::JoinHandle<()>> {
     let (sr, hr) = (s.clone(), handoff);
     vec![
         thread::spawn(move || sp.serve_preparing(0, &hp)),
-        thread::spawn(move || sr.serve_running(&hr)),
+        thread::spawn(move || sr.serve_running(0, &hr)),
     ]
 }
 
@@ -276,9 +337,29 @@ fn loom_pipelined_worker() {
         assert_eq!(second.wait(), Ok(11));
         stages.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(ran_sorted(&model.0), vec![0, 1]);
-        let stats = s.stats.snapshot(0);
+        let stats = s.stats.snapshot(Default::default(), None);
         assert_eq!(stats.completed, 2);
         assert_eq!(stats.prepared_batches, stats.batches);
+        assert_eq!(s.outstanding(), 0);
+    });
+}
+
+/// The preparing stage holds a partial batch while its runner is busy and no lead time is
+/// known yet: only the runner going idle can wake it. Both requests must be answered
+/// before the queue is closed (the close would wake it too), so a lost wake-up of the
+/// runner's `finished` shows as a deadlock.
+#[test]
+fn loom_pipelined_hold_wakes_when_the_runner_is_idle() {
+    builder().check(|| {
+        let (s, model) = staged(config(2, 4, 1));
+        let stages = spawn_pipelined(&s);
+        let first = s.submit(0, None).unwrap();
+        let second = s.submit(1, None).unwrap();
+        assert_eq!(first.wait(), Ok(1));
+        assert_eq!(second.wait(), Ok(11));
+        s.close(true);
+        stages.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(ran_sorted(&model.0), vec![0, 1]);
         assert_eq!(s.outstanding(), 0);
     });
 }

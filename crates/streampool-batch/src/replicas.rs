@@ -9,9 +9,15 @@
 //! replicas is used round-robin. The read and the submit are not atomic together: two
 //! callers may both see replica 0 as least loaded and both go there. That only makes the
 //! balance approximate for a moment (the next submits see the new load); no request depends
-//! on it. A replica that refuses (queue full, or shut down) gives the input back and the
+//! on it. A replica that refuses (for load, or shut down) gives the input back and the
 //! next least loaded is tried; only when every replica refused does the caller get the
-//! refusal ([`BatchError::QueueFull`] if any replica was full).
+//! refusal ([`BatchError::QueueFull`] with the soonest `retry_after` if any replica refused
+//! for load).
+//!
+//! **Groups.** [`Replicas::submit_group`] routes a client request of several inputs as one:
+//! the whole group goes to the least loaded replica that admits it (each replica admits by
+//! its own capacity, see [`BatchConfig`]), so a group is all or none and counts once
+//! wherever it lands.
 //!
 //! The answer comes back on the [`Handle`] of the replica that took the request, so routing
 //! adds nothing to the answer path: every guarantee of [`BatchQueue`] (exactly one answer,
@@ -57,7 +63,7 @@ pub struct Replicas<M: BatchModel> {
 struct Replica<M: BatchModel> {
     label: String,
     queue: BatchQueue<M>,
-    /// Requests this replica accepted through the router. Relaxed: a statistic.
+    /// Inputs this replica accepted through the router. Relaxed: a statistic.
     routed: AtomicU64,
 }
 
@@ -66,7 +72,7 @@ struct Replica<M: BatchModel> {
 pub struct ReplicaStats {
     /// The replica's label (e.g. its device, `cuda:1`).
     pub label: String,
-    /// Requests the router sent to it (and it accepted).
+    /// Inputs the router sent to it (and it accepted).
     pub routed: u64,
     /// Its outstanding cost at the time of the snapshot.
     pub outstanding: u64,
@@ -111,6 +117,25 @@ impl<M: BatchModel> Replicas<M> {
         self.submit(input)?.wait()
     }
 
+    /// Routes `inputs` as one group (see [`BatchQueue::submit_group`]) to the least loaded
+    /// replica that admits it; one handle per input, in order.
+    pub fn submit_group(
+        &self,
+        inputs: Vec<M::Input>,
+    ) -> Result<Vec<Handle<M::Output>>, BatchError> {
+        self.route(inputs, None)
+    }
+
+    /// [`Replicas::submit_group`] with a deadline (see
+    /// [`BatchQueue::submit_group_with_deadline`]).
+    pub fn submit_group_with_deadline(
+        &self,
+        inputs: Vec<M::Input>,
+        deadline: Instant,
+    ) -> Result<Vec<Handle<M::Output>>, BatchError> {
+        self.route(inputs, Some(deadline))
+    }
+
     /// The async [`Replicas::infer`]: never blocks, safe on any async runtime.
     pub async fn infer_async(&self, input: M::Input) -> Result<M::Output, BatchError> {
         self.submit(input)?.await
@@ -121,7 +146,7 @@ impl<M: BatchModel> Replicas<M> {
     /// replica's refusal of the input itself ([`BatchError::InvalidInput`],
     /// [`BatchError::InputTooLong`]).
     pub fn submit(&self, input: M::Input) -> Result<Handle<M::Output>, BatchError> {
-        self.route(input, None)
+        self.route_one(input, None)
     }
 
     /// [`Replicas::submit`] with a deadline (see [`BatchQueue::submit_with_deadline`]).
@@ -130,14 +155,24 @@ impl<M: BatchModel> Replicas<M> {
         input: M::Input,
         deadline: Instant,
     ) -> Result<Handle<M::Output>, BatchError> {
-        self.route(input, Some(deadline))
+        self.route_one(input, Some(deadline))
+    }
+
+    fn route_one(
+        &self,
+        input: M::Input,
+        deadline: Option<Instant>,
+    ) -> Result<Handle<M::Output>, BatchError> {
+        let mut handles = self.route(vec![input], deadline)?;
+        // One input in, one handle out.
+        Ok(handles.pop().expect("one handle per input"))
     }
 
     fn route(
         &self,
-        mut input: M::Input,
+        mut inputs: Vec<M::Input>,
         deadline: Option<Instant>,
-    ) -> Result<Handle<M::Output>, BatchError> {
+    ) -> Result<Vec<Handle<M::Output>>, BatchError> {
         let n = self.replicas.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         // Replicas that refused this request; allocated only when one does.
@@ -154,21 +189,20 @@ impl<M: BatchModel> Replicas<M> {
                 return Err(last_error);
             };
             let replica = &self.replicas[i];
-            match replica.queue.try_submit(input, deadline) {
-                Ok(handle) => {
-                    replica.routed.fetch_add(1, Ordering::Relaxed);
-                    return Ok(handle);
+            let count = inputs.len() as u64;
+            match replica.queue.try_submit_group(inputs, deadline) {
+                Ok(handles) => {
+                    replica.routed.fetch_add(count, Ordering::Relaxed);
+                    return Ok(handles);
                 }
-                Err(r) => match r.input {
+                Err(r) => match r.inputs {
                     Some(back) => {
-                        input = back;
+                        inputs = back;
                         if refused.is_empty() {
                             refused = vec![false; n];
                         }
                         refused[i] = true;
-                        if !matches!(last_error, BatchError::QueueFull { .. }) {
-                            last_error = r.error;
-                        }
+                        last_error = sooner(last_error, r.error);
                     }
                     None => return Err(r.error),
                 },
@@ -248,6 +282,17 @@ impl<M: BatchModel> Replicas<M> {
         for r in &self.replicas {
             r.queue.shutdown_now();
         }
+    }
+}
+
+/// Of two refusals, the one to answer when every replica refused: a load refusal over a
+/// shutdown (the set is still serving), and of two load refusals the one that can be retried
+/// sooner.
+fn sooner(a: BatchError, b: BatchError) -> BatchError {
+    match (a.retry_after(), b.retry_after()) {
+        (Some(x), Some(y)) if y < x => b,
+        (Some(_), _) => a,
+        (None, _) => b,
     }
 }
 

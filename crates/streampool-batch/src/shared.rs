@@ -1,63 +1,60 @@
-//! The state every caller and worker of one queue shares, and the two halves of the
-//! hand-off: [`Shared::submit`] (caller) and [`Shared::serve`] / [`Shared::run_batch`]
-//! (worker), or, for a model with a preparation step, [`Shared::serve_preparing`] and
-//! [`Shared::serve_running`] (a worker's two stages, joined by a [`Handoff`]). [`BatchQueue`](crate::BatchQueue) adds the threads and streams around it; the
-//! loom model drives this same code with loom threads.
+//! The state every caller and worker of one queue shares, and the caller's half of the
+//! hand-off: [`Shared::submit_group`] and its admission check. The worker's half
+//! ([`Shared::serve`], or for a model with a preparation step [`Shared::serve_preparing`]
+//! and [`Shared::serve_running`], a worker's two stages joined by a
+//! [`Handoff`](crate::handoff::Handoff)) is in `worker.rs`. [`BatchQueue`](crate::BatchQueue)
+//! adds the threads and streams around it; the loom model drives this same code with loom
+//! threads.
+//!
+//! **Admission** (see [`BatchConfig`]): a group is refused only when something already
+//! waits and either a memory cap (`max_queue` requests, `max_queue_tokens` tokens) would be
+//! passed, or the estimated wait before it starts (the tokens waiting ahead of it over the
+//! measured service rate, [`Estimates::rate`]) exceeds the time left to its deadline or
+//! `max_queue_wait`. The check runs under the queue's lock, with the rate read just before.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 // std, not the loom shim: the outstanding cost is a load figure for routing, read without
 // any hand-off depending on it, so modelling it would only multiply loom's states.
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use streampool::sync::Arc;
 
-use crate::handoff::Handoff;
-use crate::queue::{PushError, RequestQueue};
-use crate::slot::{slot, Claim, Handle, Responder};
+use crate::estimate::{time_for, Estimates};
+use crate::queue::{Item, Limits, Load, PushError, RequestQueue};
+use crate::slot::{slot, Handle, Responder};
 use crate::stats::{Outcome, Stats};
-use crate::{BatchConfig, BatchContext, BatchError, BatchModel, Prepared};
+use crate::{BatchConfig, BatchError, BatchModel, Overload};
 
-/// One queued request.
+/// One queued request (one input).
 pub(crate) struct Request<M: BatchModel> {
-    input: M::Input,
+    pub(crate) input: M::Input,
     /// The request's bucket length (`None` without buckets).
-    bucket: Option<usize>,
-    submitted: Instant,
-    deadline: Option<Instant>,
+    pub(crate) bucket: Option<usize>,
+    /// Its tokens (`max(1, input_len)`), as the queue counted them.
+    pub(crate) tokens: usize,
+    pub(crate) submitted: Instant,
+    pub(crate) deadline: Option<Instant>,
     /// [`BatchModel::cost`] of the input, added to `outstanding` until the request is settled.
-    cost: u64,
-    responder: Responder<M::Output>,
+    pub(crate) cost: u64,
+    pub(crate) responder: Responder<M::Output>,
 }
 
-/// A claimed batch: its inputs, its callers (answer slot and submit time), its total cost.
-struct Claimed<M: BatchModel> {
-    inputs: Vec<M::Input>,
-    waiting: Vec<(Responder<M::Output>, Instant)>,
-    cost: u64,
-    ctx: BatchContext,
-}
-
-/// A claimed and prepared batch, handed from a worker's preparing stage to its running stage.
-pub(crate) struct Ready<M: BatchModel> {
-    prepared: Prepared,
-    waiting: Vec<(Responder<M::Output>, Instant)>,
-    cost: u64,
-    ctx: BatchContext,
-}
-
-/// A submit the queue refused, with the input when the refusal was for fullness or
-/// shutdown (another queue may take it).
+/// A submit the queue refused, with the inputs when the refusal was for load or shutdown
+/// (another queue may take them).
 pub(crate) struct Refused<I> {
     pub(crate) error: BatchError,
-    pub(crate) input: Option<I>,
+    pub(crate) inputs: Option<Vec<I>>,
 }
+
+/// Retry-After when nothing has been measured yet.
+const RETRY_UNMEASURED: Duration = Duration::from_secs(1);
 
 pub(crate) struct Shared<M: BatchModel> {
     pub(crate) model: Arc<M>,
     pub(crate) config: BatchConfig,
     pub(crate) queue: RequestQueue<Request<M>>,
     pub(crate) stats: Stats,
+    pub(crate) estimates: Estimates,
     /// Sum of the costs of requests accepted and not yet settled (answered, expired,
     /// cancelled or shut down). Relaxed: a router reads it as a hint, and nothing else
     /// is published through it.
@@ -69,9 +66,10 @@ impl<M: BatchModel> Shared<M> {
         config.validate()?;
         Ok(Self {
             model,
-            queue: RequestQueue::new(config.max_queue),
+            queue: RequestQueue::new(config.workers),
             config,
             stats: Stats::default(),
+            estimates: Estimates::default(),
             outstanding: AtomicU64::new(0),
         })
     }
@@ -82,8 +80,17 @@ impl<M: BatchModel> Shared<M> {
     }
 
     /// Requests of total cost `cost` are settled: they no longer count as outstanding.
-    fn settle(&self, cost: u64) {
+    pub(crate) fn settle(&self, cost: u64) {
         self.outstanding.fetch_sub(cost, Ordering::Relaxed);
+    }
+
+    /// The bounds every batch of this queue is formed within.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            rows: self.config.max_batch_size,
+            tokens: self.config.max_batch_tokens,
+            max_wait: self.config.max_wait,
+        }
     }
 
     /// Queues `input`; never blocks beyond a brief lock.
@@ -92,276 +99,148 @@ impl<M: BatchModel> Shared<M> {
         input: M::Input,
         deadline: Option<Instant>,
     ) -> Result<Handle<M::Output>, BatchError> {
-        self.try_submit(input, deadline).map_err(|r| r.error)
+        let mut handles = self.submit_group(vec![input], deadline)?;
+        // One input in, one handle out.
+        Ok(handles.pop().expect("one handle per input"))
     }
 
-    /// [`Shared::submit`], but a request refused because the queue is full or closed gives
-    /// its input back, so a router can offer it to another queue.
-    pub(crate) fn try_submit(
+    /// Queues `inputs` as one request, all or none; never blocks beyond a brief lock.
+    pub(crate) fn submit_group(
         &self,
-        input: M::Input,
+        inputs: Vec<M::Input>,
         deadline: Option<Instant>,
-    ) -> Result<Handle<M::Output>, Refused<M::Input>> {
-        let refuse = |error| Refused { error, input: None };
-        self.model
-            .check_input(&input)
-            .map_err(|e| refuse(BatchError::InvalidInput(e.to_string())))?;
-        let bucket = if self.config.buckets.is_empty() {
-            None
-        } else {
-            self.config
-                .bucket_for(self.model.input_len(&input))
-                .map_err(refuse)?
+    ) -> Result<Vec<Handle<M::Output>>, BatchError> {
+        self.try_submit_group(inputs, deadline).map_err(|r| r.error)
+    }
+
+    /// [`Shared::submit_group`], but a group refused for load or because the queue is
+    /// closed gives its inputs back, so a router can offer them to another queue.
+    pub(crate) fn try_submit_group(
+        &self,
+        inputs: Vec<M::Input>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Handle<M::Output>>, Refused<M::Input>> {
+        let refuse = |error| Refused {
+            error,
+            inputs: None,
         };
-        let cost = self.model.cost(&input);
-        let (responder, handle) = slot(deadline);
-        let request = Request {
-            input,
-            bucket,
-            submitted: Instant::now(),
-            deadline,
-            cost,
-            responder,
-        };
+        // Every input is checked before any is queued: one bad input refuses the group.
+        let mut metas = Vec::with_capacity(inputs.len());
+        for input in &inputs {
+            self.model
+                .check_input(input)
+                .map_err(|e| refuse(BatchError::InvalidInput(e.to_string())))?;
+            let len = self.model.input_len(input);
+            let bucket = if self.config.buckets.is_empty() {
+                None
+            } else {
+                self.config.bucket_for(len).map_err(refuse)?
+            };
+            metas.push((bucket, len.max(1), self.model.cost(input)));
+        }
+        let n = inputs.len() as u64;
+        let group_tokens: usize = metas.iter().map(|m| m.1).sum();
+        let group_cost: u64 = metas.iter().map(|m| m.2).sum();
+        let submitted = Instant::now();
+        let mut handles = Vec::with_capacity(inputs.len());
+        let items: Vec<Item<Request<M>>> = inputs
+            .into_iter()
+            .zip(metas)
+            .map(|(input, (bucket, tokens, cost))| {
+                let (responder, handle) = slot(deadline);
+                handles.push(handle);
+                Item {
+                    key: bucket.unwrap_or(0),
+                    tokens,
+                    value: Request {
+                        input,
+                        bucket,
+                        tokens,
+                        submitted,
+                        deadline,
+                        cost,
+                        responder,
+                    },
+                }
+            })
+            .collect();
+        let rate = self.estimates.rate();
+        let limit = wait_limit(deadline, submitted, self.config.max_queue_wait);
         // Counted before the push: once pushed, a worker may settle it at any moment.
-        self.outstanding.fetch_add(cost, Ordering::Relaxed);
-        match self.queue.push(request) {
+        self.outstanding.fetch_add(group_cost, Ordering::Relaxed);
+        let pushed = self.queue.push_group(items, |load| {
+            self.admit(load, group_tokens, rate, limit)
+                .map_err(|reason| (reason, load))
+        });
+        match pushed {
             Ok(()) => {
-                self.stats.count(Outcome::Submitted, 1);
-                Ok(handle)
+                self.stats.count(Outcome::Submitted, n);
+                Ok(handles)
             }
             Err(refused) => {
-                self.settle(cost);
-                let (request, error) = match refused {
-                    PushError::Full(r) => {
-                        self.stats.count(Outcome::Rejected, 1);
-                        let capacity = self.config.max_queue;
-                        (r, BatchError::QueueFull { capacity })
+                self.settle(group_cost);
+                let (requests, error) = match refused {
+                    PushError::Refused(requests, (reason, load)) => {
+                        self.stats.count(Outcome::Rejected, n);
+                        let retry_after = retry_after(reason, load, rate);
+                        (
+                            requests,
+                            BatchError::QueueFull {
+                                reason,
+                                retry_after,
+                            },
+                        )
                     }
-                    PushError::Closed(r) => (r, BatchError::ShutDown),
+                    PushError::Closed(requests) => (requests, BatchError::ShutDown),
                 };
-                // The caller gets the error from this call; the unused slot answers nobody.
-                request.responder.answer(Err(error.clone()));
+                // The caller gets the error from this call; the unused slots answer nobody.
+                let inputs = requests
+                    .into_iter()
+                    .map(|r| {
+                        r.responder.answer(Err(error.clone()));
+                        r.input
+                    })
+                    .collect();
                 Err(Refused {
                     error,
-                    input: Some(request.input),
+                    inputs: Some(inputs),
                 })
             }
         }
     }
 
-    /// A worker's loop: takes and runs batches until the queue is closed and empty.
-    pub(crate) fn serve(&self, worker: usize) {
-        while let Some(batch) = self.take_batch() {
-            self.run_batch(batch, worker);
-        }
-    }
-
-    fn take_batch(&self) -> Option<Vec<Request<M>>> {
-        let (max, wait) = (self.config.max_batch_size, self.config.max_wait);
-        self.queue.take_batch(max, wait, |r| r.bucket.unwrap_or(0))
-    }
-
-    /// Answers expired and abandoned requests without running them, runs the rest as one
-    /// batch, and answers each caller with its own output (or the batch's error).
-    pub(crate) fn run_batch(&self, batch: Vec<Request<M>>, worker: usize) {
-        let Some(claimed) = self.claim(batch, worker) else {
-            return;
-        };
-        let Claimed {
-            inputs,
-            waiting,
-            cost,
-            ctx,
-        } = claimed;
-        let started = Instant::now();
-        self.stats.batch_started(started);
-        // A panic inside the model must not take the worker (and every later request) down:
-        // the model is only read through `&self`, and a panicking batch's inputs are gone, so
-        // nothing half-updated is observed afterwards except what the model itself guards.
-        let result = catch_unwind(AssertUnwindSafe(|| self.model.forward_batch(inputs, &ctx)));
-        let done = Instant::now();
-        self.stats.batch_finished(done);
-        self.stats.ran(done.duration_since(started));
-        self.answer(waiting, cost, flatten(result), done);
-    }
-
-    /// The preparing stage of a pipelined worker: once `handoff` is vacant, forms the next
-    /// batch, claims it, runs [`BatchModel::prepare_batch`] and puts the result in. Ends when
-    /// the queue is closed and empty (then finishes the hand-off) or the runner is gone.
-    pub(crate) fn serve_preparing(&self, worker: usize, handoff: &Handoff<Ready<M>>) {
-        while handoff.wait_vacant() {
-            let Some(batch) = self.take_batch() else {
-                break;
-            };
-            let Some(claimed) = self.claim(batch, worker) else {
-                continue;
-            };
-            let Claimed {
-                inputs,
-                waiting,
-                cost,
-                ctx,
-            } = claimed;
-            let started = Instant::now();
-            // Caught for the same reason as a panic in `forward_batch` (see `run_batch`).
-            let prepared =
-                catch_unwind(AssertUnwindSafe(|| self.model.prepare_batch(inputs, &ctx)));
-            let done = Instant::now();
-            self.stats.prepared(done.duration_since(started));
-            match flatten(prepared) {
-                Ok(prepared) => {
-                    let ready = Ready {
-                        prepared,
-                        waiting,
-                        cost,
-                        ctx,
-                    };
-                    // Refused only when the runner is gone: dropping the batch answers each
-                    // of its (claimed) requests `ShutDown` through its responder's drop.
-                    if let Err(ready) = handoff.put(ready) {
-                        self.drop_ready(ready);
-                        break;
-                    }
-                }
-                Err(msg) => self.answer(waiting, cost, Err(msg), done),
-            }
-        }
-        handoff.finish();
-    }
-
-    /// The running stage of a pipelined worker: runs each prepared batch through
-    /// [`BatchModel::forward_prepared`] and answers its callers, until the preparing stage
-    /// finishes.
-    pub(crate) fn serve_running(&self, handoff: &Handoff<Ready<M>>) {
-        // Closes the hand-off however this stage ends, so the preparer never waits on a
-        // runner that is gone; a batch left in the slot is answered `ShutDown` (dropped).
-        struct CloseOnDrop<'a, M: BatchModel>(&'a Shared<M>, &'a Handoff<Ready<M>>);
-        impl<M: BatchModel> Drop for CloseOnDrop<'_, M> {
-            fn drop(&mut self) {
-                if let Some(ready) = self.1.close() {
-                    self.0.drop_ready(ready);
-                }
-            }
-        }
-        let _close = CloseOnDrop(self, handoff);
-        while let Some(Ready {
-            prepared,
-            waiting,
-            cost,
-            ctx,
-        }) = handoff.take()
-        {
-            let started = Instant::now();
-            self.stats.batch_started(started);
-            // See `run_batch` on catching panics.
-            let result = catch_unwind(AssertUnwindSafe(|| {
-                self.model.forward_prepared(prepared, &ctx)
-            }));
-            let done = Instant::now();
-            self.stats.batch_finished(done);
-            self.stats.ran(done.duration_since(started));
-            self.answer(waiting, cost, flatten(result), done);
-        }
-    }
-
-    /// A prepared batch that will not run (its runner is gone): settled, counted, and
-    /// answered `ShutDown` by its responders' drop.
-    pub(crate) fn drop_ready(&self, ready: Ready<M>) {
-        self.stats
-            .count(Outcome::ShutDown, ready.waiting.len() as u64);
-        self.settle(ready.cost);
-    }
-
-    /// Answers expired and abandoned requests of `batch` and claims the rest for running;
-    /// `None` when none is left.
-    fn claim(&self, batch: Vec<Request<M>>, worker: usize) -> Option<Claimed<M>> {
-        let padded_len = batch.first().and_then(|r| r.bucket);
-        let now = Instant::now();
-        let mut live = Vec::with_capacity(batch.len());
-        for r in batch {
-            if r.deadline.is_some_and(|d| now >= d) {
-                // Counted here whether or not the caller already answered itself at its
-                // deadline (then this answer is dropped): either way it expired once.
-                self.stats.count(Outcome::Expired, 1);
-                self.settle(r.cost);
-                r.responder.answer(Err(BatchError::DeadlineExceeded));
-                continue;
-            }
-            match r.responder.claim() {
-                Claim::Won => live.push(r),
-                Claim::Expired => {
-                    self.stats.count(Outcome::Expired, 1);
-                    self.settle(r.cost);
-                }
-                Claim::Abandoned => {
-                    self.stats.count(Outcome::Cancelled, 1);
-                    self.settle(r.cost);
-                }
-            }
-        }
-        if live.is_empty() {
-            return None;
-        }
-        let started = Instant::now();
-        self.stats
-            .batch_formed(live.iter().map(|r| started.duration_since(r.submitted)));
-        let n = live.len();
-        let mut inputs = Vec::with_capacity(n);
-        let mut waiting = Vec::with_capacity(n);
-        let mut cost = 0;
-        for r in live {
-            inputs.push(r.input);
-            cost += r.cost;
-            waiting.push((r.responder, r.submitted));
-        }
-        Some(Claimed {
-            inputs,
-            waiting,
-            cost,
-            ctx: BatchContext { padded_len, worker },
-        })
-    }
-
-    /// Settles a claimed batch and answers each caller with its own output or the batch's
-    /// error.
-    fn answer(
+    /// The admission check of a group of `tokens` tokens against what waits now (see the
+    /// module docs). Never refuses while nothing waits.
+    fn admit(
         &self,
-        waiting: Vec<(Responder<M::Output>, Instant)>,
-        cost: u64,
-        result: Result<Vec<M::Output>, String>,
-        done: Instant,
-    ) {
-        let n = waiting.len();
-        // Settled before the answers go out, so a caller that got its answer no longer sees
-        // its request as outstanding.
-        self.settle(cost);
-        let outputs = match result {
-            Ok(outputs) if outputs.len() == n => Ok(outputs),
-            Ok(outputs) => Err(format!(
-                "model returned {} outputs for a batch of {n}",
-                outputs.len()
-            )),
-            Err(msg) => Err(msg),
-        };
-        match outputs {
-            Ok(outputs) => {
-                // Stats are recorded before the answers go out, so a caller that got its
-                // answer sees itself counted.
-                self.stats
-                    .completed(waiting.iter().map(|(_, s)| done.duration_since(*s)));
-                for ((responder, _), out) in waiting.into_iter().zip(outputs) {
-                    // Every responder here was claimed, so each answer is delivered.
-                    responder.answer(Ok(out));
-                }
-            }
-            Err(msg) => {
-                self.stats.count(Outcome::Failed, n as u64);
-                for (responder, _) in waiting {
-                    responder.answer(Err(BatchError::Model(msg.clone())));
-                }
+        load: Load,
+        tokens: usize,
+        rate: Option<f64>,
+        limit: Option<Duration>,
+    ) -> Result<(), Overload> {
+        if load.inputs == 0 {
+            return Ok(());
+        }
+        let config = &self.config;
+        if load.requests >= config.max_queue {
+            return Err(Overload::Requests {
+                capacity: config.max_queue,
+            });
+        }
+        if load.tokens.saturating_add(tokens) > config.max_queue_tokens {
+            return Err(Overload::Tokens {
+                queued: load.tokens,
+                asked: tokens,
+                capacity: config.max_queue_tokens,
+            });
+        }
+        if let (Some(rate), Some(limit)) = (rate, limit) {
+            let estimated = time_for(load.tokens, rate);
+            if estimated > limit {
+                return Err(Overload::Wait { estimated, limit });
             }
         }
+        Ok(())
     }
 
     /// Closes the queue. With `drain`, workers run what is queued; without, queued requests
@@ -378,21 +257,75 @@ impl<M: BatchModel> Shared<M> {
     }
 }
 
-/// A model call's outcome, errors and panics alike as the message every caller gets.
-fn flatten<T>(r: std::thread::Result<Result<T, crate::ModelError>>) -> Result<T, String> {
-    match r {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(panic) => Err(format!("model panicked: {}", panic_message(&*panic))),
+/// How long a request submitted at `now` may wait before it starts: the time left to its
+/// deadline or `bound`, whichever is shorter. `None` when neither applies, and when the
+/// deadline has already passed (the request is then taken and answered
+/// [`BatchError::DeadlineExceeded`] without running, as it always was: refusing it for load
+/// would tell its caller to retry what cannot succeed).
+fn wait_limit(
+    deadline: Option<Instant>,
+    now: Instant,
+    bound: Option<Duration>,
+) -> Option<Duration> {
+    let left = match deadline {
+        Some(d) if d <= now => return None,
+        Some(d) => Some(d - now),
+        None => None,
+    };
+    match (left, bound) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
+/// When a refused request would be admitted if nothing else arrived: for an estimated wait
+/// over its limit, the excess; for a memory cap, the time to serve what waits. One second
+/// before anything was measured; at least a millisecond.
+fn retry_after(reason: Overload, load: Load, rate: Option<f64>) -> Duration {
+    let estimate = match (reason, rate) {
+        (Overload::Wait { estimated, limit }, _) => estimated.saturating_sub(limit),
+        (_, Some(rate)) => time_for(load.tokens, rate),
+        (_, None) => RETRY_UNMEASURED,
+    };
+    estimate.max(Duration::from_millis(1))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_limit_is_the_sooner_of_deadline_and_bound() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(wait_limit(None, now, None), None);
+        assert_eq!(wait_limit(None, now, Some(s(2))), Some(s(2)));
+        assert_eq!(wait_limit(Some(now + s(5)), now, None), Some(s(5)));
+        assert_eq!(wait_limit(Some(now + s(5)), now, Some(s(2))), Some(s(2)));
+        assert_eq!(wait_limit(Some(now + s(1)), now, Some(s(2))), Some(s(1)));
+        assert_eq!(wait_limit(Some(now), now, Some(s(2))), None, "already late");
+    }
+
+    #[test]
+    fn retry_after_follows_the_estimate() {
+        let load = Load {
+            requests: 3,
+            inputs: 30,
+            tokens: 3000,
+        };
+        let wait = Overload::Wait {
+            estimated: Duration::from_millis(900),
+            limit: Duration::from_millis(500),
+        };
+        assert_eq!(
+            retry_after(wait, load, Some(1.0)),
+            Duration::from_millis(400)
+        );
+        let cap = Overload::Requests { capacity: 3 };
+        assert_eq!(
+            retry_after(cap, load, Some(10_000.0)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(retry_after(cap, load, None), RETRY_UNMEASURED);
     }
 }

@@ -1,4 +1,5 @@
-//! Counters, the batch-size histogram, busy time and latency percentiles of a batch queue.
+//! Counters, the batch-size and batch-token histograms, busy time and latency percentiles of
+//! a batch queue.
 //!
 //! Latencies go into HdrHistograms (`hdrhistogram`: O(1) record, 3 significant digits, fixed
 //! memory) instead of a window of raw samples that a snapshot had to copy and sort. To keep
@@ -18,6 +19,8 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::queue::Load;
+
 /// Latency samples per histogram generation: percentiles cover the most recent
 /// `LATENCY_WINDOW` to `2 * LATENCY_WINDOW` samples, so they describe recent traffic.
 pub const LATENCY_WINDOW: usize = 1 << 16;
@@ -32,7 +35,7 @@ pub struct StatsSnapshot {
     pub submitted: u64,
     /// Requests answered with a model output.
     pub completed: u64,
-    /// Submits refused with `QueueFull`.
+    /// Inputs refused at submit with `QueueFull` (a refused group counts each of its inputs).
     pub rejected: u64,
     /// Requests answered `DeadlineExceeded` (by a worker or by the waiting caller); never run.
     pub expired: u64,
@@ -48,6 +51,11 @@ pub struct StatsSnapshot {
     pub batch_sizes: Vec<u64>,
     /// Mean requests per batch.
     pub mean_batch_size: f64,
+    /// `batch_tokens[k]` is the number of batches whose cost in tokens (`rows x longest
+    /// input`, what `max_batch_tokens` bounds) was in `2^k .. 2^(k+1)`.
+    pub batch_tokens: Vec<u64>,
+    /// Mean tokens (`rows x longest input`) per batch.
+    pub mean_batch_tokens: f64,
     /// Wall time during which at least one batch was inside the model (overlapping batches of
     /// several workers count once): the device's busy time when the queue owns the device.
     pub busy: Duration,
@@ -65,8 +73,15 @@ pub struct StatsSnapshot {
     pub queue_wait: Percentiles,
     /// Time from submit until the answer was delivered, for completed requests.
     pub latency: Percentiles,
-    /// Requests waiting in the queue at the time of the snapshot.
+    /// Inputs waiting in the queue at the time of the snapshot.
     pub queue_len: usize,
+    /// Requests waiting (a group submitted together counts once), at the snapshot.
+    pub queued_requests: usize,
+    /// Tokens waiting, at the snapshot.
+    pub queued_tokens: usize,
+    /// The measured service rate in tokens per second (the admission estimate's divisor);
+    /// `None` until a few batches have run.
+    pub service_rate: Option<f64>,
 }
 
 /// Percentiles in microseconds over the most recent samples (see [`LATENCY_WINDOW`]),
@@ -141,6 +156,8 @@ struct Inner {
     cancelled: u64,
     shut_down: u64,
     batch_sizes: Vec<u64>,
+    batch_tokens: Vec<u64>,
+    padded_tokens: u64,
     queue_wait: Window,
     latency: Window,
     /// Batches inside the model now, and since when at least one has been.
@@ -164,6 +181,8 @@ impl Default for Inner {
             cancelled: 0,
             shut_down: 0,
             batch_sizes: Vec::new(),
+            batch_tokens: Vec::new(),
+            padded_tokens: 0,
             queue_wait: Window::new(),
             latency: Window::new(),
             running: 0,
@@ -209,9 +228,9 @@ impl Stats {
         *c += n;
     }
 
-    /// A batch of `waits.len()` requests was claimed by a worker; `waits` are their queue
-    /// waits.
-    pub(crate) fn batch_formed(&self, waits: impl Iterator<Item = Duration>) {
+    /// A batch of `waits.len()` requests costing `tokens` tokens (`rows x longest`) was
+    /// claimed by a worker; `waits` are their queue waits.
+    pub(crate) fn batch_formed(&self, waits: impl Iterator<Item = Duration>, tokens: usize) {
         let mut s = self.inner.lock();
         let mut n = 0;
         for w in waits {
@@ -222,6 +241,12 @@ impl Stats {
             s.batch_sizes.resize(n + 1, 0);
         }
         s.batch_sizes[n] += 1;
+        let k = tokens.max(1).ilog2() as usize;
+        if s.batch_tokens.len() <= k {
+            s.batch_tokens.resize(k + 1, 0);
+        }
+        s.batch_tokens[k] += 1;
+        s.padded_tokens += tokens as u64;
     }
 
     /// A formed batch entered the model at `now`. Must be paired with
@@ -278,11 +303,12 @@ impl Stats {
         }
     }
 
-    pub(crate) fn snapshot(&self, queue_len: usize) -> StatsSnapshot {
+    /// The figures, with the queue's `load` and `service_rate` at this moment.
+    pub(crate) fn snapshot(&self, load: Load, service_rate: Option<f64>) -> StatsSnapshot {
         let (mut snap, queue_wait, latency) = {
             let s = self.inner.lock();
             let ongoing = s.busy_since.map_or(Duration::ZERO, |t| t.elapsed());
-            let snap = StatsSnapshot {
+            let mut snap = StatsSnapshot {
                 submitted: s.submitted,
                 completed: s.completed,
                 rejected: s.rejected,
@@ -293,14 +319,22 @@ impl Stats {
                 batches: s.batch_sizes.iter().sum(),
                 batch_sizes: s.batch_sizes.clone(),
                 mean_batch_size: 0.0,
+                batch_tokens: s.batch_tokens.clone(),
+                mean_batch_tokens: 0.0,
                 busy: s.busy + ongoing,
                 prepare: s.prepare,
                 prepared_batches: s.prepared_batches,
                 forward: s.forward,
                 queue_wait: Percentiles::default(),
                 latency: Percentiles::default(),
-                queue_len,
+                queue_len: load.inputs,
+                queued_requests: load.requests,
+                queued_tokens: load.tokens,
+                service_rate,
             };
+            if snap.batches > 0 {
+                snap.mean_batch_tokens = s.padded_tokens as f64 / snap.batches as f64;
+            }
             (snap, s.queue_wait.clone(), s.latency.clone())
         };
         let requests: u64 = snap
@@ -327,9 +361,10 @@ impl StatsSnapshot {
 
 impl StatsSnapshot {
     /// The figures of several queues taken together (e.g. the replicas of one model):
-    /// counts, batch sizes, busy time and queue lengths are summed; each latency percentile
-    /// is the largest of the queues', an upper bound of the combined percentile (samples are
-    /// summed). No snapshots give the empty snapshot.
+    /// counts, histograms, busy time, queue lengths and service rates are summed (the
+    /// queues serve in parallel); each latency percentile is the largest of the queues', an
+    /// upper bound of the combined percentile (samples are summed). No snapshots give the
+    /// empty snapshot.
     pub fn sum<'a>(snapshots: impl IntoIterator<Item = &'a StatsSnapshot>) -> StatsSnapshot {
         let mut total = StatsSnapshot {
             submitted: 0,
@@ -342,6 +377,8 @@ impl StatsSnapshot {
             batches: 0,
             batch_sizes: Vec::new(),
             mean_batch_size: 0.0,
+            batch_tokens: Vec::new(),
+            mean_batch_tokens: 0.0,
             busy: Duration::ZERO,
             prepare: Duration::ZERO,
             prepared_batches: 0,
@@ -349,7 +386,11 @@ impl StatsSnapshot {
             queue_wait: Percentiles::default(),
             latency: Percentiles::default(),
             queue_len: 0,
+            queued_requests: 0,
+            queued_tokens: 0,
+            service_rate: None,
         };
+        let mut token_sum = 0.0;
         let worst = |a: Percentiles, b: Percentiles| Percentiles {
             samples: a.samples + b.samples,
             p50_us: a.p50_us.max(b.p50_us),
@@ -372,6 +413,18 @@ impl StatsSnapshot {
             for (t, n) in total.batch_sizes.iter_mut().zip(&s.batch_sizes) {
                 *t += n;
             }
+            if total.batch_tokens.len() < s.batch_tokens.len() {
+                total.batch_tokens.resize(s.batch_tokens.len(), 0);
+            }
+            for (t, n) in total.batch_tokens.iter_mut().zip(&s.batch_tokens) {
+                *t += n;
+            }
+            token_sum += s.mean_batch_tokens * s.batches as f64;
+            total.queued_requests += s.queued_requests;
+            total.queued_tokens += s.queued_tokens;
+            if let Some(r) = s.service_rate {
+                total.service_rate = Some(total.service_rate.unwrap_or(0.0) + r);
+            }
             total.busy += s.busy;
             total.prepare += s.prepare;
             total.prepared_batches += s.prepared_batches;
@@ -388,6 +441,7 @@ impl StatsSnapshot {
             .sum();
         if total.batches > 0 {
             total.mean_batch_size = requests as f64 / total.batches as f64;
+            total.mean_batch_tokens = token_sum / total.batches as f64;
         }
         total
     }

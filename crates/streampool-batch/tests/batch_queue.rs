@@ -16,16 +16,15 @@ use common::{eventually, Tagger, HANG_GUARD};
 use parking_lot::Mutex;
 use streampool::Device;
 use streampool_batch::{
-    BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, Handle, ModelError,
+    BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, Handle, ModelError, Overload,
 };
 
 fn config(max_batch_size: usize, max_queue: usize, workers: usize) -> BatchConfig {
     BatchConfig {
         max_batch_size,
-        max_wait: Duration::from_millis(2),
         max_queue,
         workers,
-        buckets: Vec::new(),
+        ..BatchConfig::default()
     }
 }
 
@@ -110,14 +109,13 @@ fn full_queue_rejects_at_once() {
     assert!(model.gate.wait_entered(1)); // `a` runs and is held; the queue is empty
     let b = queue.submit(2).unwrap();
     let c = queue.submit(3).unwrap();
-    assert_eq!(
-        queue.submit(4).unwrap_err(),
-        BatchError::QueueFull { capacity: 2 }
-    );
-    assert_eq!(
-        queue.infer(5).unwrap_err(),
-        BatchError::QueueFull { capacity: 2 }
-    );
+    // Nothing has been measured yet, so the refusal suggests retrying in a second.
+    let full = BatchError::QueueFull {
+        reason: Overload::Requests { capacity: 2 },
+        retry_after: Duration::from_secs(1),
+    };
+    assert_eq!(queue.submit(4).unwrap_err(), full);
+    assert_eq!(queue.infer(5).unwrap_err(), full);
     model.gate.open();
     assert_eq!(answer(a), Ok(3));
     assert_eq!(answer(b), Ok(5));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{eventually, Gate};
 use parking_lot::Mutex;
 use streampool_batch::{
-    BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, ModelError, Prepared,
+    BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, ModelError, Overload, Prepared,
 };
 
 /// What one stage did with one batch: its thread, its tags and when.
@@ -139,7 +139,6 @@ impl BatchModel for Staged {
 fn config(max_batch_size: usize, max_queue: usize, workers: usize) -> BatchConfig {
     BatchConfig {
         max_batch_size,
-        max_wait: Duration::from_millis(1),
         max_queue,
         workers,
         ..BatchConfig::default()
@@ -273,7 +272,10 @@ fn one_batch_ahead_at_most_deadlines_and_backpressure_hold() {
     assert_eq!(queue.queue_len(), 2);
     assert!(matches!(
         queue.submit(5),
-        Err(BatchError::QueueFull { capacity: 2 })
+        Err(BatchError::QueueFull {
+            reason: Overload::Requests { capacity: 2 },
+            ..
+        })
     ));
     assert_eq!(late.wait(), Err(BatchError::DeadlineExceeded));
     queue.model().gate.open();

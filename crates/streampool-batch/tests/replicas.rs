@@ -19,10 +19,9 @@ use streampool_batch::{
 fn config(max_batch_size: usize) -> BatchConfig {
     BatchConfig {
         max_batch_size,
-        max_wait: Duration::from_millis(1),
         max_queue: 4096,
         workers: 2,
-        buckets: Vec::new(),
+        ..BatchConfig::default()
     }
 }
 

@@ -52,10 +52,11 @@ fn batched_rows_equal_rows_run_one_at_a_time() {
         .collect();
     let config = BatchConfig {
         max_batch_size: 16,
+        // The opt-in window (the default is none), so this path keeps a test too.
         max_wait: Duration::from_millis(2),
         max_queue: 1024,
         workers: 2,
-        buckets: Vec::new(),
+        ..BatchConfig::default()
     };
     let queue = BatchQueue::new(RowModel::new(dev.clone(), IN, forward), config).unwrap();
     std::thread::scope(|s| {

@@ -53,7 +53,8 @@ pub struct ServeConfig {
     /// `terminationGracePeriodSeconds`, less any preStop delay).
     pub drain_timeout: Duration,
     /// The batch queue of each model replica (each replica, one per model and device, gets
-    /// its own queue with these settings).
+    /// its own queue with these settings). A client request's inputs are admitted as one
+    /// group (see [`BatchConfig`]), with the request timeout as their deadline.
     pub batch: BatchConfig,
 }
 
@@ -72,12 +73,15 @@ impl Default for ServeConfig {
             truncate: false,
             request_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
+            // Continuous batching (no window), admission by capacity: the request timeout is
+            // every request's deadline, so a request is shed only when its estimated queue
+            // wait exceeds it or a memory cap is reached. Batches up to 256 inputs and 16,384
+            // tokens: a GPU's forward keeps gaining throughput up to hundreds of short
+            // sentences per batch, and the token budget keeps long inputs to fewer rows.
             batch: BatchConfig {
-                max_batch_size: 32,
-                max_wait: Duration::from_millis(2),
-                max_queue: 1024,
-                workers: 2,
-                buckets: Vec::new(),
+                max_batch_size: 256,
+                max_batch_tokens: 16_384,
+                ..BatchConfig::default()
             },
         }
     }

@@ -3,6 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
 use streampool_batch::BatchError;
 
 /// What starting the server or serving a request can fail with.
@@ -48,10 +49,12 @@ pub enum Error {
         /// The configured `max_body_bytes`.
         limit: usize,
     },
-    /// Every replica's batch queue is full: retry later. Answered 503 with `Retry-After`
-    /// (429 on TEI's `/embed`, as TEI does).
+    /// No replica's batch queue admits the request now (its estimated wait exceeds the
+    /// request timeout or the configured bound, or a memory cap is reached): retry later.
+    /// Answered 503 with `Retry-After` from the queue's estimate (429 on TEI's `/embed`, as
+    /// TEI does).
     #[error("{0}")]
-    Overloaded(String),
+    Overloaded(Shed),
     /// The model's batch queue is shutting down: retry elsewhere. Answered 503 with
     /// `Retry-After`.
     #[error("{0}")]
@@ -85,6 +88,39 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
+/// A request shed for load: the message, and when the queue estimates a retry would be
+/// admitted (sent as `Retry-After`, in whole seconds, at least 1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shed {
+    /// What the client is told.
+    pub message: String,
+    /// The estimated time until a retry would be admitted.
+    pub retry_after: Duration,
+}
+
+impl std::fmt::Display for Shed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A shed with no estimate: retry in a second.
+impl From<&str> for Shed {
+    fn from(message: &str) -> Self {
+        Self {
+            message: message.into(),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// `Retry-After` for a wait of `d`: whole seconds, rounded up, at least 1 (the header has no
+/// finer unit, and 0 would invite an immediate retry).
+pub(crate) fn retry_after_header(d: Duration) -> HeaderValue {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    HeaderValue::from(secs.max(1))
+}
+
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -108,7 +144,10 @@ impl Error {
     /// never wait), a passed deadline 504, a refused input 400, a failed batch 500.
     pub fn from_batch(e: BatchError) -> Self {
         match e {
-            BatchError::QueueFull { .. } => Error::Overloaded(e.to_string()),
+            BatchError::QueueFull { retry_after, .. } => Error::Overloaded(Shed {
+                message: e.to_string(),
+                retry_after,
+            }),
             BatchError::ShutDown => Error::Unavailable(e.to_string()),
             BatchError::DeadlineExceeded => Error::Timeout(e.to_string()),
             BatchError::InputTooLong { .. } => Error::InputTooLong(e.to_string()),
@@ -117,12 +156,22 @@ impl Error {
         }
     }
 
+    /// When a client should retry: the queue's estimate for a load refusal, a second while
+    /// shutting down; `None` for errors a retry would not cure.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Overloaded(shed) => Some(shed.retry_after),
+            Error::Unavailable(_) => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+
     /// The response with `body` as JSON, this error's status, and `Retry-After` on 503.
     pub(crate) fn respond_with(&self, body: serde_json::Value) -> Response {
         let mut resp = (self.status(), axum::Json(body)).into_response();
-        if self.status() == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(d) = self.retry_after() {
             resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, retry_after_header(d));
         }
         if self.status() == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
@@ -138,5 +187,35 @@ impl IntoResponse for Error {
             tracing::warn!(error = %self, "request failed");
         }
         self.respond_with(serde_json::json!({ "error": self.to_string() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_the_estimate_in_whole_seconds_rounded_up() {
+        let ms = Duration::from_millis;
+        assert_eq!(retry_after_header(ms(0)), "1");
+        assert_eq!(retry_after_header(ms(300)), "1");
+        assert_eq!(retry_after_header(ms(1000)), "1");
+        assert_eq!(retry_after_header(ms(1001)), "2");
+        assert_eq!(retry_after_header(ms(2500)), "3");
+        let shed = BatchError::QueueFull {
+            reason: streampool_batch::Overload::Requests { capacity: 4 },
+            retry_after: ms(2500),
+        };
+        let e = Error::from_batch(shed);
+        assert_eq!(e.retry_after(), Some(ms(2500)));
+        assert_eq!(e.into_response().headers()[header::RETRY_AFTER], "3");
+        // TEI's 429 carries the same estimate.
+        let e = Error::from_batch(BatchError::QueueFull {
+            reason: streampool_batch::Overload::Requests { capacity: 4 },
+            retry_after: ms(2500),
+        });
+        let tei = crate::tei::TeiError::from(e).into_response();
+        assert_eq!(tei.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(tei.headers()[header::RETRY_AFTER], "3");
     }
 }

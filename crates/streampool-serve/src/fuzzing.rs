@@ -130,10 +130,9 @@ impl Harness {
             request_timeout: Duration::from_secs(10),
             batch: BatchConfig {
                 max_batch_size: 8,
-                max_wait: Duration::ZERO,
                 max_queue: 64,
                 workers: 1,
-                buckets: Vec::new(),
+                ..BatchConfig::default()
             },
             ..ServeConfig::default()
         };

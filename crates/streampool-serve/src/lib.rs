@@ -72,7 +72,7 @@ mod tei;
 pub use auth::ApiKey;
 pub use body::Body;
 pub use config::ServeConfig;
-pub use error::{Error, Result};
+pub use error::{Error, Result, Shed};
 pub use metrics::Metrics;
 pub use models::{
     EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,

@@ -55,6 +55,8 @@ pub struct TeiError {
     status: StatusCode,
     error_type: ErrorType,
     message: String,
+    /// `Retry-After` for a 429 or 503 (see [`Error::retry_after`]); a second if unset.
+    retry_after: Option<std::time::Duration>,
 }
 
 impl TeiError {
@@ -63,6 +65,7 @@ impl TeiError {
             status,
             error_type,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -94,7 +97,10 @@ impl From<Error> for TeiError {
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, ErrorType::Backend),
             _ => (StatusCode::FAILED_DEPENDENCY, ErrorType::Backend),
         };
-        Self::new(status, kind, e.to_string())
+        Self {
+            retry_after: e.retry_after(),
+            ..Self::new(status, kind, e.to_string())
+        }
     }
 }
 
@@ -113,8 +119,11 @@ impl IntoResponse for TeiError {
             self.status,
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
         ) {
+            let wait = self
+                .retry_after
+                .unwrap_or(std::time::Duration::from_secs(1));
             resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, crate::error::retry_after_header(wait));
         }
         resp
     }

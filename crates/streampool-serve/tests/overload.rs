@@ -130,3 +130,133 @@ async fn twice_the_queue_capacity_loses_and_mixes_nothing() {
     let s = Arc::into_inner(s).expect("tasks done");
     s.handle.shutdown().await.unwrap();
 }
+
+/// A bulk request counts as one request and is admitted whenever nothing waits, however
+/// many inputs it has: 64 sentences through `/v1/embeddings` and 64 rows through KServe,
+/// against caps of one request and four tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_request_is_served_not_shed() {
+    let mut config = test_config();
+    config.batch.max_queue = 1;
+    config.batch.max_queue_tokens = 4;
+    let s = start(config, Vec::new()).await;
+    let texts: Vec<String> = (0..64).map(|i| format!("sentence number {i}")).collect();
+    let resp = s
+        .post_json(
+            "/v1/embeddings",
+            &json!({"model": EMBEDDER, "input": texts}),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let v: Value = resp.json().await.unwrap();
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 64);
+    for i in [0usize, 17, 63] {
+        let want = embed_one(&s.embedder, &texts[i]);
+        assert_close(
+            &floats(&data[i]["embedding"]),
+            &want,
+            1e-4,
+            "bulk embedding",
+        );
+    }
+    let rows: Vec<Vec<f32>> = (0..64)
+        .map(|i| (0..MLP_WIDTH).map(|k| ((i + k) % 7) as f32 * 0.1).collect())
+        .collect();
+    let body = json!({"inputs": [{"name": "input", "shape": [64, MLP_WIDTH], "datatype": "FP32", "data": rows.concat()}]});
+    let resp = s.post_json(&format!("/v2/models/{MLP}/infer"), &body).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let v: Value = resp.json().await.unwrap();
+    let want = mlp_rows(&s.mlp, &rows).concat();
+    assert_close(&floats(&v["outputs"][0]["data"]), &want, 1e-4, "bulk rows");
+    assert_eq!(s.queue_counts(EMBEDDER), (64, 0));
+    assert_eq!(s.queue_counts(MLP), (64, 0));
+    s.handle.shutdown().await.unwrap();
+}
+
+/// A refusal for an estimated wait carries the estimate: 30 rows wait behind a held batch
+/// on a model that takes at least 50 ms per row, so the queue estimates at least 1.5 s and
+/// `Retry-After` says at least 2 (whole seconds, rounded up), on KServe's 503 and TEI's 429
+/// alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_carries_the_queue_estimate_in_retry_after() {
+    let gate = Gate::default();
+    let model_gate = gate.clone();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    // `2x + 1`, at least 50 ms per batch; the 5th batch waits at the gate.
+    let slow = TensorModel::new(
+        Device::cpu(),
+        4,
+        4,
+        Arc::new(move |x: &Tensor| {
+            if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 4 {
+                model_gate.wait();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            x.affine(2.0, 1.0)
+        }),
+    );
+    let mut config = test_config();
+    config.batch.workers = 1;
+    config.batch.max_queue_wait = Some(Duration::from_millis(1));
+    let s = Arc::new(
+        start(
+            config,
+            vec![ModelSpec::Tensor {
+                name: "slow".into(),
+                model: slow,
+            }],
+        )
+        .await,
+    );
+    let infer = |rows: usize| {
+        let data: Vec<f32> = (0..4 * rows).map(|i| i as f32).collect();
+        json!({"inputs": [{"name": "input", "shape": [rows, 4], "datatype": "FP32", "data": data}]})
+    };
+    // Four batches measure the rate (at most 20 rows/s).
+    for _ in 0..4 {
+        let resp = s.post_json("/v2/models/slow/infer", &infer(1)).await;
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+    // The 5th batch is held; 30 rows queue behind it as one request (nothing waited).
+    let held = {
+        let s = s.clone();
+        tokio::spawn(async move { s.post_json("/v2/models/slow/infer", &infer(1)).await })
+    };
+    wait_until(
+        || calls.load(std::sync::atomic::Ordering::SeqCst) == 5,
+        "the held batch",
+    )
+    .await;
+    let bulk = {
+        let s = s.clone();
+        tokio::spawn(async move { s.post_json("/v2/models/slow/infer", &infer(30)).await })
+    };
+    wait_until(
+        || s.queue_counts("slow").0 == 5 + 30,
+        "the bulk request queued",
+    )
+    .await;
+    let refused = s.post_json("/v2/models/slow/infer", &infer(1)).await;
+    assert_eq!(refused.status().as_u16(), 503);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 2, "Retry-After {retry} s for >= 1.5 s queued");
+    let v: Value = refused.json().await.unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("estimated queue wait"),
+        "{v}"
+    );
+    gate.open();
+    assert_eq!(held.await.unwrap().status().as_u16(), 200);
+    assert_eq!(bulk.await.unwrap().status().as_u16(), 200);
+    let s = Arc::into_inner(s).expect("tasks done");
+    s.handle.shutdown().await.unwrap();
+}

@@ -493,6 +493,7 @@ async fn metrics_expose_the_expected_series() {
         r#"streampool_http_request_duration_seconds_bucket{le="+Inf",route="/v1/embeddings"} 1"#,
         r#"streampool_http_request_duration_seconds_count{route="/v2/models/{name}/infer"} 2"#,
         r#"streampool_queue_depth{model="mlp",device="cpu"} 0"#,
+        r#"streampool_queue_tokens{model="mlp",device="cpu"} 0"#,
         r#"streampool_queue_outstanding{model="mlp",device="cpu"} 0"#,
         r#"streampool_queue_completed_total{model="mlp",device="cpu"} 2"#,
         r#"streampool_queue_completed_total{model="tiny-bert",device="cpu"} 1"#,

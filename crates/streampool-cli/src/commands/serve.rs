@@ -95,15 +95,30 @@ pub struct Args {
     /// Truncate longer inputs to --max-seq-len instead of answering 400.
     #[arg(long)]
     truncate: bool,
-    /// Requests per batch.
-    #[arg(long, default_value_t = 32)]
+    /// Most inputs (sentences, rows) per batch. Batching is continuous: a free worker runs
+    /// whatever is queued at once, and batches grow only while the workers are busy.
+    #[arg(long, default_value_t = 256)]
     max_batch_size: usize,
-    /// Milliseconds a partial batch waits for more requests.
-    #[arg(long, default_value_t = 2.0)]
+    /// Most tokens per batch, counted as rows x the longest input (what a padded batch
+    /// computes); a single longer input still runs, alone. Rows of a tensor model count 1.
+    #[arg(long, default_value_t = 16_384)]
+    max_batch_tokens: usize,
+    /// Opt-in: milliseconds a worker holding a partial batch may wait for more inputs
+    /// before running it. 0 (the default) never waits while a worker is free.
+    #[arg(long, default_value_t = 0.0)]
     max_wait_ms: f64,
-    /// Requests waiting per model replica before new ones get 503.
+    /// Memory cap: requests waiting per model replica (a request's inputs count once)
+    /// before new ones get 503 (TEI route: 429). Never applies while nothing waits.
     #[arg(long, default_value_t = 1024)]
     max_queue: usize,
+    /// Memory cap: tokens waiting per model replica before new requests get 503.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_queue_tokens: usize,
+    /// Refuse a request (503 / 429, Retry-After from the estimate) when its estimated queue
+    /// wait, from the measured service rate, exceeds this many milliseconds [default: only
+    /// when it exceeds --timeout-s].
+    #[arg(long, value_name = "MS")]
+    max_queue_wait_ms: Option<f64>,
     /// Batch worker threads per model replica.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -209,9 +224,16 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
             .context("--drain-timeout-secs")?,
         batch: BatchConfig {
             max_batch_size: args.max_batch_size,
+            max_batch_tokens: args.max_batch_tokens,
             max_wait: Duration::try_from_secs_f64(args.max_wait_ms / 1e3)
                 .context("--max-wait-ms")?,
             max_queue: args.max_queue,
+            max_queue_tokens: args.max_queue_tokens,
+            max_queue_wait: args
+                .max_queue_wait_ms
+                .map(|ms| Duration::try_from_secs_f64(ms / 1e3))
+                .transpose()
+                .context("--max-queue-wait-ms")?,
             workers: args.workers,
             buckets: Vec::new(),
         },

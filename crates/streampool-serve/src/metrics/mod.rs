@@ -17,7 +17,8 @@
 //! | `streampool_batches_total` | counter | `model`, `device` |
 //! | `streampool_replica_routed_total` | counter | `model`, `device` |
 //! | `streampool_device_busy_seconds_total` | counter | `model`, `device` |
-//! | `streampool_queue_depth` | gauge | `model`, `device` |
+//! | `streampool_queue_depth` | gauge | `model`, `device` (inputs waiting) |
+//! | `streampool_queue_tokens` | gauge | `model`, `device` (tokens waiting) |
 //! | `streampool_queue_outstanding` | gauge | `model`, `device` (rows, or tokens for embedders) |
 //! | `streampool_batch_size` | histogram | `model`, `device` |
 //! | `streampool_queue_latency_seconds`, `streampool_queue_wait_seconds` | gauge | `model`, `device`, `quantile` |
@@ -320,7 +321,7 @@ impl Collector for QueueCollector {
             ),
             (
                 "streampool_queue_rejected",
-                "Requests refused because the queue was full",
+                "Inputs refused at admission (estimated queue wait over the deadline or bound, or a memory cap)",
                 |r| r.queue.rejected,
             ),
             (
@@ -355,8 +356,15 @@ impl Collector for QueueCollector {
             e,
             &snap,
             "streampool_queue_depth",
-            "Requests waiting in the replica's batch queue",
+            "Inputs waiting in the replica's batch queue",
             |r| i64::try_from(r.queue.queue_len).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            e,
+            &snap,
+            "streampool_queue_tokens",
+            "Tokens waiting in the replica's batch queue (rows count 1)",
+            |r| i64::try_from(r.queue.queued_tokens).unwrap_or(i64::MAX),
         )?;
         gauge(
             e,

@@ -209,9 +209,10 @@ impl Registry {
 /// A boxed `Send` future.
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Submits every input before awaiting any (so they batch together and with other clients'
-/// requests; each goes to the least loaded replica), then collects the outputs in order. A rejected submit answers the whole
-/// request with its error; the inputs already queued are then skipped (their handles drop).
+/// Submits the request's inputs as one group (admitted or refused as one request, see
+/// [`Replicas::submit_group`]: to the least loaded replica that admits it, so a bulk request
+/// is never shed while a replica has room), then collects the outputs in order. A refused
+/// group answers the whole request with the refusal (503 with the queue's `Retry-After`).
 ///
 /// The future is boxed as `Send` here, where `M` is generic: rustc cannot prove the unboxed
 /// future `Send` for every lifetime the router's handler bound asks about when `M` holds a
@@ -229,14 +230,9 @@ async fn run_all_inner<M: BatchModel>(
     inputs: Vec<M::Input>,
     deadline: Instant,
 ) -> Result<Vec<M::Output>> {
-    let mut handles = Vec::with_capacity(inputs.len());
-    for input in inputs {
-        handles.push(
-            queue
-                .submit_with_deadline(input, deadline)
-                .map_err(Error::from_batch)?,
-        );
-    }
+    let handles = queue
+        .submit_group_with_deadline(inputs, deadline)
+        .map_err(Error::from_batch)?;
     let collect = async {
         let mut out = Vec::with_capacity(handles.len());
         for h in handles {

@@ -60,10 +60,9 @@ pub fn test_config() -> ServeConfig {
         addr: "127.0.0.1:0".parse().expect("literal address"),
         batch: BatchConfig {
             max_batch_size: 8,
-            max_wait: Duration::from_millis(1),
             max_queue: 256,
             workers: 2,
-            buckets: Vec::new(),
+            ..BatchConfig::default()
         },
         ..ServeConfig::default()
     }

@@ -68,9 +68,13 @@ pub struct Args {
     /// BatchQueue max_batch_size values [default: cuda 16,64; cpu 4,8].
     #[arg(long, value_delimiter = ',')]
     max_batch: Option<Vec<usize>>,
-    /// BatchQueue max_wait values in milliseconds.
-    #[arg(long, value_delimiter = ',', default_value = "1,5")]
+    /// BatchQueue max_wait values in milliseconds (0: continuous batching, the queue's
+    /// default; the first value is the one the callers sweep uses).
+    #[arg(long, value_delimiter = ',', default_value = "0,1")]
     max_wait_ms: Vec<f64>,
+    /// BatchQueue max_batch_tokens (rows x longest input per batch).
+    #[arg(long, default_value_t = streampool_batch::BatchConfig::default().max_batch_tokens)]
+    max_batch_tokens: usize,
     /// BatchQueue worker threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -247,7 +251,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut points = Vec::new();
     let sweep_batch = plan.max_batch.iter().copied().max().unwrap_or(1);
-    let sweep_wait = plan.max_wait.first().copied().unwrap_or(1.0);
+    let sweep_wait = plan.max_wait.first().copied().unwrap_or(0.0);
     let most = plan.threads.iter().copied().max().unwrap_or(1);
     for (i, (w, _)) in loaded.iter().enumerate() {
         if has("forward") && matches!(w, Workload::Encoder(_)) {
@@ -284,6 +288,7 @@ pub fn run(args: Args) -> Result<()> {
                 callers,
                 max_batch,
                 max_wait: Duration::from_secs_f64(wait / 1e3),
+                max_batch_tokens: args.max_batch_tokens,
                 workers: args.workers,
             };
             for &c in &plan.threads {

@@ -103,6 +103,8 @@ pub struct QueueSetup {
     pub max_batch: usize,
     /// The queue's `max_wait`.
     pub max_wait: Duration,
+    /// The queue's `max_batch_tokens`.
+    pub max_batch_tokens: usize,
     /// The queue's worker threads.
     pub workers: usize,
 }
@@ -119,10 +121,11 @@ pub fn batching(
 ) -> Result<Record> {
     let config = BatchConfig {
         max_batch_size: setup.max_batch,
+        max_batch_tokens: setup.max_batch_tokens,
         max_wait: setup.max_wait,
         max_queue: setup.callers.max(1) * 2,
         workers: setup.workers,
-        buckets: Vec::new(),
+        ..BatchConfig::default()
     };
     let (r, stats) = match w {
         Workload::Mlp(m) => through_queue(m.clone(), config, setup.callers, window, |i| m.row(i))?,
