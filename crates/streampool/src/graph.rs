@@ -164,6 +164,9 @@ struct CacheState {
 /// ```
 pub struct GraphCache {
     capacity: usize,
+    /// Most bytes the kept graphs' pools may hold together; a shape whose trace alone is over
+    /// an eighth of it stays eager (see [`GraphCache::with_max_bytes`]).
+    max_bytes: usize,
     enabled: bool,
     state: Mutex<CacheState>,
 }
@@ -175,14 +178,18 @@ pub struct GraphStats {
     pub graphs: usize,
     /// Keys seen once (eager, traced).
     pub seen: usize,
-    /// Keys whose capture failed (eager for good).
+    /// Keys that run eagerly for good: the capture failed, or the shape is over the
+    /// memory budget's limit for one graph.
     pub eager: usize,
+    /// Bytes the kept graphs' pools hold.
+    pub pool_bytes: usize,
 }
 
 impl std::fmt::Debug for GraphCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GraphCache")
             .field("capacity", &self.capacity)
+            .field("max_bytes", &self.max_bytes)
             .field("enabled", &self.enabled)
             .field("stats", &self.stats())
             .finish()
@@ -199,12 +206,34 @@ enum Action {
 impl GraphCache {
     /// A cache keeping at most `capacity` keys (at least 1). `STREAMPOOL_GRAPHS=0` in the
     /// environment turns graphs off (every call eager), to compare.
+    ///
+    /// The graphs' pools together hold at most [`DEFAULT_GRAPH_MEMORY`] bytes
+    /// (`STREAMPOOL_GRAPH_MEMORY_MB` in the environment overrides it; see
+    /// [`GraphCache::with_max_bytes`]).
     pub fn new(capacity: usize) -> Self {
+        let max_bytes = std::env::var("STREAMPOOL_GRAPH_MEMORY_MB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(DEFAULT_GRAPH_MEMORY, |mb| mb.saturating_mul(1 << 20));
         Self {
             capacity: capacity.max(1),
+            max_bytes,
             enabled: std::env::var("STREAMPOOL_GRAPHS").map_or(true, |v| v != "0"),
             state: Mutex::new(CacheState::default()),
         }
+    }
+
+    /// The same cache with a memory budget: the kept graphs' pools hold at most `max_bytes`
+    /// together (the least recently used are evicted past it), and a shape whose eager run
+    /// allocated more than an eighth of it is never captured. Why: every graph keeps its
+    /// own pool (all its activations) for as long as it is kept, so a server whose batches
+    /// vary in rows and length (continuous batching) would otherwise keep hundreds of pools;
+    /// measured on the H100, MiniLM's graphs grew to 82 GB and the device ran out of
+    /// memory. Large shapes lose nothing by staying eager: their GPU time dwarfs the launch
+    /// overhead a graph saves.
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
     }
 
     /// The same cache with graphs on or off (off: every call runs `f` eagerly).
@@ -302,6 +331,10 @@ impl GraphCache {
                 e.used = tick;
                 match &e.slot {
                     Slot::Ready(g) => Action::Replay(g.clone()),
+                    Slot::Seen(trace) if trace.sizes.iter().sum::<usize>() > self.max_bytes / 8 => {
+                        e.slot = Slot::Eager;
+                        Action::Eager
+                    }
                     Slot::Seen(trace) => Action::Capture(trace.clone()),
                     Slot::Eager => Action::Eager,
                 }
@@ -441,7 +474,29 @@ impl GraphCache {
                     evicted.extend(st.entries.remove(&oldest));
                 }
             }
-            evicted.extend(st.entries.insert(key, Entry { slot, used }));
+            evicted.extend(st.entries.insert(key.clone(), Entry { slot, used }));
+            // The memory budget: the least recently used graphs go until the pools fit (the
+            // one just inserted stays, whatever its size).
+            let pool_bytes = |e: &Entry| match &e.slot {
+                Slot::Ready(g) => g.pool_bytes(),
+                _ => 0,
+            };
+            let mut held: usize = st.entries.values().map(pool_bytes).sum();
+            while held > self.max_bytes {
+                let Some(oldest) = st
+                    .entries
+                    .iter()
+                    .filter(|(k, e)| **k != key && pool_bytes(e) > 0)
+                    .min_by_key(|(_, e)| e.used)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                if let Some(e) = st.entries.remove(&oldest) {
+                    held -= pool_bytes(&e);
+                    evicted.push(e);
+                }
+            }
             evicted
         };
         drop(evicted);
@@ -452,8 +507,11 @@ impl GraphCache {
         let st = self.state.lock();
         let mut s = GraphStats::default();
         for e in st.entries.values() {
-            match e.slot {
-                Slot::Ready(_) => s.graphs += 1,
+            match &e.slot {
+                Slot::Ready(g) => {
+                    s.graphs += 1;
+                    s.pool_bytes += g.pool_bytes();
+                }
                 Slot::Seen(_) => s.seen += 1,
                 Slot::Eager => s.eager += 1,
             }
@@ -476,6 +534,9 @@ struct StaticView {
     dtype: DType,
 }
 
+/// The default memory budget of a [`GraphCache`]'s graphs: 4 GiB.
+pub const DEFAULT_GRAPH_MEMORY: usize = 4 << 30;
+
 /// One captured call: replayable on the stream it belongs to.
 struct Graph {
     stream: Stream,
@@ -491,6 +552,13 @@ struct Graph {
     /// For host-to-host graphs ([`GraphCache::run_host`]): the pinned buffers the graph's
     /// first and last nodes copy from and to.
     host: Option<HostIo>,
+}
+
+impl Graph {
+    /// Bytes its pool holds.
+    fn pool_bytes(&self) -> usize {
+        self.pool.iter().map(|&(_, size)| size).sum()
+    }
 }
 
 /// Pinned input and output buffers of a host-to-host graph, with the flag that gives them to

@@ -72,7 +72,7 @@ pub use disk_cache::{DiskCache, KernelCacheDir};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use event::Event;
-pub use graph::{GraphCache, GraphStats};
+pub use graph::{GraphCache, GraphStats, DEFAULT_GRAPH_MEMORY};
 pub use kernel::{Activation, MatmulMath};
 pub use kernel_cache::KernelCache;
 pub use stream::Stream;

@@ -139,6 +139,29 @@ fn a_closure_that_cannot_be_captured_runs_eagerly() {
 }
 
 #[test]
+fn the_memory_budget_bounds_pools_and_keeps_large_shapes_eager() {
+    let Some(g) = gpu() else { return };
+    let mlp = Mlp::new(&g);
+    // Rows r allocate about 11 KB each in the MLP (input, two hidden and two output
+    // activations, f32): with a 16 MiB budget, 8..=128 rows are captured, 2048 rows (about
+    // 23 MB, over an eighth of the budget) stay eager, and the pools of all the small
+    // shapes (about 17 MB together) do not fit, so the oldest are evicted.
+    let budget = 16 << 20;
+    let graphs = GraphCache::new(64).with_max_bytes(budget);
+    for rows in [8usize, 16, 32, 48, 64, 80, 96, 112, 128, 2048, 8, 2048] {
+        let x = Tensor::randn(&[rows, 256], rows as u64, &g).unwrap();
+        let eager = mlp.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        for _ in 0..3 {
+            assert_eq!(mlp.run(&graphs, &x), eager, "{rows} rows");
+        }
+    }
+    let s = graphs.stats();
+    assert_eq!(s.eager, 1, "the 2048-row shape stays eager: {s:?}");
+    assert!(s.graphs >= 1, "small shapes are still captured: {s:?}");
+    assert!(s.pool_bytes <= budget, "the pools fit the budget: {s:?}");
+}
+
+#[test]
 fn eviction_keeps_results_right_and_memory_bounded() {
     let Some(g) = gpu() else { return };
     let mlp = Mlp::new(&g);
