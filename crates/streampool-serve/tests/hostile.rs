@@ -53,6 +53,16 @@ async fn post_raw(
     (status, resp.text().await.expect("body"))
 }
 
+/// Posts a KServe binary-extension body: `header` as JSON, then `tail`, with the header's
+/// length in `Inference-Header-Content-Length`.
+async fn post_binary(s: &TestServer, path: &str, header: Value, tail: &[u8]) -> (u16, String) {
+    let header = header.to_string();
+    let len = header.len().to_string();
+    let mut body = header.into_bytes();
+    body.extend_from_slice(tail);
+    post_raw(s, path, body, &[("inference-header-content-length", len)]).await
+}
+
 async fn expect(s: &TestServer, body: Value, status: u16, needle: &str) {
     let (got, text) = post_raw(s, INFER, body.to_string().into_bytes(), &[]).await;
     assert_eq!(got, status, "{body}: {text}");
@@ -81,17 +91,9 @@ async fn shapes_declaring_more_than_the_data_are_refused_before_allocating() {
     .await;
     // BYTES declaring many elements over a few bytes (the binary path allocated per element).
     let header = json!({"inputs":[{"name":"text","shape":[1_000_000_000u64],"datatype":"BYTES",
-        "parameters":{"binary_data_size": 9}}]})
-    .to_string();
-    let mut body = header.clone().into_bytes();
-    body.extend_from_slice(&[5, 0, 0, 0, b'h', b'e', b'l', b'l', b'o']);
-    let (got, text) = post_raw(
-        &s,
-        "/v2/models/tiny-bert/infer",
-        body,
-        &[("inference-header-content-length", header.len().to_string())],
-    )
-    .await;
+        "parameters":{"binary_data_size": 9}}]});
+    let tail = [5, 0, 0, 0, b'h', b'e', b'l', b'l', b'o'];
+    let (got, text) = post_binary(&s, "/v2/models/tiny-bert/infer", header, &tail).await;
     assert_eq!(got, 413, "{text}");
     still_serves(&s).await;
     s.handle.shutdown().await.expect("shutdown");
@@ -126,15 +128,8 @@ async fn overflowing_shapes_and_huge_declared_sizes_are_400() {
     .await;
     // binary_data_size far past the body, and past usize on 32-bit targets.
     let header = json!({"inputs":[{"name":"input","shape":[1, MLP_WIDTH],"datatype":"FP32",
-        "parameters":{"binary_data_size": u64::MAX}}]})
-    .to_string();
-    let (got, text) = post_raw(
-        &s,
-        INFER,
-        header.clone().into_bytes(),
-        &[("inference-header-content-length", header.len().to_string())],
-    )
-    .await;
+        "parameters":{"binary_data_size": u64::MAX}}]});
+    let (got, text) = post_binary(&s, INFER, header, &[]).await;
     assert_eq!(got, 400, "{text}");
     // A header length past the body.
     let (got, text) = post_raw(
@@ -166,20 +161,11 @@ async fn values_outside_the_datatype_are_400_and_non_finite_outputs_are_never_20
     .await;
     // Binary FP32 infinities and NaNs are refused the same way.
     let header = json!({"inputs":[{"name":"input","shape":[1, MLP_WIDTH],"datatype":"FP32",
-        "parameters":{"binary_data_size": 4 * MLP_WIDTH}}]})
-    .to_string();
-    let mut body = header.clone().into_bytes();
-    body.extend((0..MLP_WIDTH).flat_map(|i| {
-        let x = if i == 3 { f32::NAN } else { 0.5 };
-        x.to_le_bytes()
-    }));
-    let (got, text) = post_raw(
-        &s,
-        INFER,
-        body,
-        &[("inference-header-content-length", header.len().to_string())],
-    )
-    .await;
+        "parameters":{"binary_data_size": 4 * MLP_WIDTH}}]});
+    let tail: Vec<u8> = (0..MLP_WIDTH)
+        .flat_map(|i| if i == 3 { f32::NAN } else { 0.5 }.to_le_bytes())
+        .collect();
+    let (got, text) = post_binary(&s, INFER, header, &tail).await;
     assert_eq!(got, 400, "{text}");
     assert!(text.contains("finite"), "{text}");
     // INT32 values past i32.
