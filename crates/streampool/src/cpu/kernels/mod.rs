@@ -1,0 +1,143 @@
+//! The CPU backend's kernels, one module per family; [`run`] dispatches a [`Kernel`] to them.
+//!
+//! Each stream's worker runs its kernels single-threaded: streams are the parallelism. Half
+//! kernels run as their `f32` versions on widened copies ([`super::half`]).
+
+mod attention;
+mod elementwise;
+mod matmul;
+mod norm;
+mod pool;
+mod reduce;
+mod strided;
+
+use crate::backend::DevicePtr;
+use crate::kernel::Kernel;
+
+/// # Safety
+/// `ptr` is valid for `len` reads of `f32` and nothing writes it meanwhile.
+unsafe fn src<'a>(ptr: DevicePtr, len: usize) -> &'a [f32] {
+    std::slice::from_raw_parts(ptr.0 as *const f32, len)
+}
+
+/// # Safety
+/// `ptr` is valid for `len` writes of `f32` and no one else accesses it meanwhile.
+unsafe fn dst<'a>(ptr: DevicePtr, len: usize) -> &'a mut [f32] {
+    std::slice::from_raw_parts_mut(ptr.0 as *mut f32, len)
+}
+
+/// Runs one kernel on the calling thread.
+///
+/// # Safety
+/// Every pointer in `kernel` is valid for the extent it describes, outputs do not alias
+/// inputs, and no other thread writes those bytes while this runs (the allocator's event
+/// gating and the tensor layer's cross-stream waits guarantee it).
+pub(crate) unsafe fn run(kernel: &Kernel) {
+    if super::half::run_if_half(kernel) {
+        return;
+    }
+    match kernel {
+        Kernel::Cast { .. } => unreachable!("conversions run in run_if_half"),
+        Kernel::Fill {
+            out, len, value, ..
+        } => dst(*out, *len).fill(*value),
+        Kernel::Sleep { nanos } => std::thread::sleep(std::time::Duration::from_nanos(*nanos)),
+        Kernel::Copy {
+            src: s,
+            shape,
+            out,
+            elem_size,
+        } => strided::copy(s, shape, *out, *elem_size),
+        Kernel::Matmul {
+            a,
+            b,
+            bias,
+            out,
+            batch,
+            m,
+            n,
+            k,
+            ..
+        } => matmul::matmul(a, b, *bias, *out, *batch, *m, *n, *k),
+        Kernel::Unary {
+            op, x, out, len, ..
+        } => elementwise::unary(*op, *x, *out, *len),
+        Kernel::Binary {
+            op,
+            a,
+            b,
+            shape,
+            out,
+            ..
+        } => strided::binary(*op, a, b, shape, *out),
+        // Zero-width rows have nothing to compute (and `chunks_exact(0)` panics).
+        Kernel::Softmax { cols: 0, .. } | Kernel::BiasAct { cols: 0, .. } => {}
+        Kernel::IndexSelect { row_len: 0, .. } => {}
+        Kernel::Softmax {
+            x, out, rows, cols, ..
+        } => norm::softmax(*x, *out, *rows, *cols),
+        Kernel::LayerNorm {
+            x,
+            residual,
+            gamma,
+            beta,
+            out,
+            rows,
+            cols,
+            eps,
+            ..
+        } => norm::layer_norm(*x, *residual, *gamma, *beta, *out, *rows, *cols, *eps),
+        Kernel::BiasAct {
+            x,
+            bias,
+            out,
+            rows,
+            cols,
+            act,
+            ..
+        } => elementwise::bias_act(*x, *bias, *out, *rows, *cols, *act),
+        Kernel::IndexSelect {
+            table,
+            ids,
+            out,
+            n_ids,
+            row_len,
+            table_rows,
+            ..
+        } => strided::index_select(*table, *ids, *out, *n_ids, *row_len, *table_rows),
+        Kernel::Reduce {
+            op,
+            x,
+            out,
+            outer,
+            axis,
+            inner,
+            ..
+        } => reduce::reduce(*op, *x, *out, *outer, *axis, *inner),
+        Kernel::Attention {
+            qkv,
+            mask,
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            ..
+        } => attention::attention(*qkv, *mask, *out, *batch, *seq, *heads, *head_dim),
+        Kernel::MeanPoolNorm {
+            x,
+            mask,
+            out,
+            batch,
+            seq,
+            dim,
+            ..
+        } => pool::mean_pool_norm(*x, *mask, *out, *batch, *seq, *dim),
+    }
+}
+
+/// GELU in its exact (erf) form, as BERT uses it.
+#[inline]
+pub(crate) fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
