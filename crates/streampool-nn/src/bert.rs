@@ -7,7 +7,9 @@ use std::sync::Arc;
 use streampool::phases::timed;
 use streampool::{Activation, Device, GraphCache, Tensor};
 
-use crate::layers::{AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer};
+use crate::layers::{
+    fused_attention, AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer,
+};
 use crate::weights::{HostTensor, WeightFile};
 use crate::{BertConfig, ComputeDType, Error, Result};
 
@@ -354,7 +356,7 @@ impl BertModel {
 
     fn run(&self, input: &BertInput, keep_all: bool) -> Result<Vec<Tensor>> {
         let (mask, b, s) = (&input.attention_mask, input.batch_size, input.seq_len);
-        let binary = self.dtype.is_half();
+        let binary = fused_attention(self.dtype, &self.device);
         let mask = if binary {
             AttentionMask::binary(mask, b, s, &self.device)?
         } else {

@@ -7,7 +7,7 @@
 //! | piece | what it is | file |
 //! |-------|------------|------|
 //! | [`Linear`], [`Mlp`], [`LayerNorm`], [`Embedding`] | layers, weights pre-transposed at load | `layers/` |
-//! | [`MultiheadAttention`], [`AttentionMask`] | self-attention with fused QKV; additive mask (f32) or one fused kernel with a binary mask (f16/bf16) | `layers/attention.rs` |
+//! | [`MultiheadAttention`], [`AttentionMask`] | self-attention with fused QKV; one fused kernel with a binary mask (f16/bf16, and f32 on the CPU) or an additive mask (f32 on GPUs) | `layers/attention.rs` |
 //! | [`TransformerEncoderLayer`] | post-norm encoder layer (BERT) | `layers/encoder_layer.rs` |
 //! | [`BertModel`], [`BertConfig`], [`BertInput`] | BERT/MiniLM from `config.json` + `model.safetensors` | `bert.rs`, `config.rs` |
 //! | [`BertTokenizer`] | `tokenizer.json`, pad to longest, attention masks; exact ASCII fast path | `tokenizer/` |
@@ -35,7 +35,8 @@
 //! on the CPU), `F16` and `Bf16` (weights converted once at load, activations in 16 bits,
 //! matmuls accumulate in f32, LayerNorm and softmax statistics in f32, attention and
 //! mean-pool + normalize as single fused kernels). Embeddings are f32 in every dtype. f32 and
-//! tf32 keep the unfused attention path, whose results the f32 reference tests pin down.
+//! tf32 keep the unfused attention path on GPUs, whose results the f32 reference tests pin
+//! down; on the CPU f32 attention is fused too ([`fused_attention`]).
 //! The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` (where the adapter has
 //! `SHADER_F16`: WGSL kernels with `enable f16`); `Bf16`, and `F16` without the feature,
 //! fail at load with an error that says why. Measured on the CPU backend
@@ -79,8 +80,8 @@ pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};
 pub use error::{Error, Result};
 pub use layers::{
-    AttentionMask, Embedding, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention,
-    TransformerEncoderLayer,
+    fused_attention, AttentionMask, Embedding, LayerNorm, Linear, LinearParams, Mlp,
+    MultiheadAttention, TransformerEncoderLayer,
 };
 pub use locate::{
     cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, CACHE_ENV, MINILM_DIR_ENV,

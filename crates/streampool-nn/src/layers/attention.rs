@@ -1,6 +1,6 @@
 //! Multi-head self-attention with a padding mask.
 
-use streampool::{Device, Tensor};
+use streampool::{Device, DeviceKind, Tensor};
 
 use super::{Linear, LinearParams};
 use crate::weights::HostTensor;
@@ -156,8 +156,26 @@ pub struct MultiheadAttention {
     out: Linear,
     num_heads: usize,
     head_dim: usize,
-    /// Fused attention kernel (half dtypes) instead of matmul/softmax/matmul.
-    fused: bool,
+    /// Weights and activations in f16/bf16 (only the fused kernel runs them).
+    half: bool,
+    /// The device is the CPU (where f32 runs fused too, given a binary mask).
+    cpu: bool,
+}
+
+/// Whether attention in `dtype` on `device` runs as one fused kernel (and so takes a binary
+/// mask): always in f16/bf16; in f32 on the CPU, whose fused kernel splits (sequence, head)
+/// pairs over its intra-op pool with vectorized loops and stores no score matrix (the unfused
+/// path spent a tenth of a CPU forward in copies and softmax); CUDA and wgpu keep cuBLAS /
+/// matmul for f32 and tf32, whose results the f32 reference tests pin down.
+///
+/// ```
+/// use streampool::Device;
+/// use streampool_nn::{fused_attention, ComputeDType};
+/// assert!(fused_attention(ComputeDType::F32, &Device::cpu()));
+/// assert!(fused_attention(ComputeDType::F16, &Device::cpu()));
+/// ```
+pub fn fused_attention(dtype: ComputeDType, device: &Device) -> bool {
+    dtype.is_half() || device.kind() == DeviceKind::Cpu
 }
 
 impl MultiheadAttention {
@@ -212,25 +230,29 @@ impl MultiheadAttention {
             out: Linear::new(out, device)?,
             num_heads,
             head_dim,
-            fused: false,
+            half: false,
+            cpu: device.kind() == DeviceKind::Cpu,
         })
     }
 
     /// This layer with its weights and activations in `dtype`; f16 and bf16 switch to the
-    /// fused attention kernel (and then take a binary mask).
+    /// fused attention kernel (and then take a binary mask) on every device.
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         Ok(Self {
             qkv: self.qkv.with_dtype(dtype)?,
             out: self.out.with_dtype(dtype)?,
             num_heads: self.num_heads,
             head_dim: self.head_dim,
-            fused: dtype.is_half(),
+            half: dtype.is_half(),
+            cpu: self.cpu,
         })
     }
 
-    /// Whether this layer uses the fused attention kernel (and so a binary mask).
+    /// Whether this layer uses the fused attention kernel (given a binary mask, or none):
+    /// [`fused_attention`] of its dtype and device. An f32 layer on the CPU also takes an
+    /// additive mask, and then runs the unfused path.
     pub fn is_fused(&self) -> bool {
-        self.fused
+        self.half || self.cpu
     }
 
     /// Number of heads.
@@ -253,11 +275,14 @@ impl MultiheadAttention {
                 x.dims()
             )));
         }
+        // Half layers run only fused (binary masks); f32 GPU layers only unfused (additive
+        // masks); f32 CPU layers either way, fused unless given an additive mask.
+        let fused = self.is_fused() && mask.is_none_or(|m| m.binary);
         if let Some(m) = mask {
-            if m.binary != self.fused {
+            if m.binary != fused {
                 return Err(Error::Input(format!(
                     "attention: {} layer given a {} mask",
-                    if self.fused { "fused" } else { "unfused" },
+                    if self.half { "f16/bf16" } else { "f32" },
                     if m.binary { "binary" } else { "additive" }
                 )));
             }
@@ -271,7 +296,7 @@ impl MultiheadAttention {
             }
         }
         let (nh, d) = (self.num_heads, self.head_dim);
-        if self.fused {
+        if fused {
             let ctx = self
                 .qkv
                 .forward(x)?

@@ -9,7 +9,7 @@ mod layer_norm;
 mod linear;
 mod mlp;
 
-pub use attention::{AttentionMask, MultiheadAttention};
+pub use attention::{fused_attention, AttentionMask, MultiheadAttention};
 pub use embedding::Embedding;
 pub use encoder_layer::TransformerEncoderLayer;
 pub use layer_norm::LayerNorm;

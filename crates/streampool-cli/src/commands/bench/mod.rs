@@ -331,6 +331,8 @@ pub fn run(args: Args) -> Result<()> {
         device: dev.name(),
         date: report::utc_now(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        cpu_threads: (dev.kind() == streampool::DeviceKind::Cpu).then(streampool::cpu_threads),
+        host: Some(report::host_description()),
         results: Vec::new(),
         checks: Vec::new(),
         errors: Vec::new(),
