@@ -10,6 +10,7 @@
 mod half;
 pub(crate) mod intra_op;
 pub(crate) mod kernels;
+pub(crate) mod profile;
 pub(crate) mod progress;
 pub(crate) mod stream;
 

@@ -5,7 +5,7 @@ use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 use crate::kernel::{Activation, UnaryOp};
 
-use super::simd::{self, vectorized};
+use super::simd::{self, multiversion};
 use super::{dst_at, src};
 
 /// `Kernel::Unary` in `f32`.
@@ -20,8 +20,13 @@ pub(super) unsafe fn unary(op: UnaryOp, x: DevicePtr, out: DevicePtr, len: usize
         _ => 1,
     };
     intra_op::for_ranges(len, cost, |r| {
-        let (x, y) = (&src(x, len)[r.clone()], dst_at(out, r.start, r.len()));
-        vectorized(|| match op {
+        unary_piece(op, &src(x, len)[r.clone()], dst_at(out, r.start, r.len()))
+    });
+}
+
+multiversion! {
+    unsafe fn unary_piece(op: UnaryOp, x: &[f32], y: &mut [f32]) {
+        match op {
             UnaryOp::Relu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.max(0.0)),
             UnaryOp::Gelu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = simd::gelu(x)),
             UnaryOp::Tanh => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.tanh()),
@@ -33,8 +38,8 @@ pub(super) unsafe fn unary(op: UnaryOp, x: DevicePtr, out: DevicePtr, len: usize
             UnaryOp::Affine { mul, add } => {
                 y.iter_mut().zip(x).for_each(|(y, &x)| *y = x * mul + add)
             }
-        })
-    });
+        }
+    }
 }
 
 /// `Kernel::BiasAct` in `f32`: `out = act(x + bias)` over rows of `cols` (`cols > 0`).
@@ -57,27 +62,29 @@ pub(super) unsafe fn bias_act(
     let b = src(bias, cols);
     intra_op::for_ranges(rows, cost, |r| {
         let x = &src(x, n)[r.start * cols..r.end * cols];
-        let y = dst_at(out, r.start * cols, r.len() * cols);
-        vectorized(|| {
-            for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-                match act {
-                    Activation::Identity => yr
-                        .iter_mut()
-                        .zip(xr)
-                        .zip(b)
-                        .for_each(|((y, &x), &b)| *y = x + b),
-                    Activation::Relu => yr
-                        .iter_mut()
-                        .zip(xr)
-                        .zip(b)
-                        .for_each(|((y, &x), &b)| *y = (x + b).max(0.0)),
-                    Activation::Gelu => yr
-                        .iter_mut()
-                        .zip(xr)
-                        .zip(b)
-                        .for_each(|((y, &x), &b)| *y = simd::gelu(x + b)),
-                }
-            }
-        })
+        bias_act_rows(x, b, dst_at(out, r.start * cols, r.len() * cols), act)
     });
+}
+
+multiversion! {
+    unsafe fn bias_act_rows(x: &[f32], b: &[f32], y: &mut [f32], act: Activation) {
+        let cols = b.len();
+        for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
+            match act {
+                Activation::Identity => {
+                    yr.iter_mut().zip(xr).zip(b).for_each(|((y, &x), &b)| *y = x + b)
+                }
+                Activation::Relu => yr
+                    .iter_mut()
+                    .zip(xr)
+                    .zip(b)
+                    .for_each(|((y, &x), &b)| *y = (x + b).max(0.0)),
+                Activation::Gelu => yr
+                    .iter_mut()
+                    .zip(xr)
+                    .zip(b)
+                    .for_each(|((y, &x), &b)| *y = simd::gelu(x + b)),
+            }
+        }
+    }
 }

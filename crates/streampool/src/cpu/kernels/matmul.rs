@@ -1,6 +1,8 @@
 //! Matrix products, through the `gemm` crate (vectorized for the host's instruction set,
 //! parallel over the intra-op pool).
 
+use std::ops::Range;
+
 use gemm::Parallelism;
 
 use crate::backend::DevicePtr;
@@ -11,8 +13,9 @@ use super::dst_at;
 
 /// `Kernel::Matmul` in `f32`: `out[b] = a[b] @ b[b] (+ bias)`.
 ///
-/// One large product spreads over the pool inside `gemm`; a batch of small ones (attention
-/// scores of the generic path, say) runs one product per pool task instead.
+/// A large product is cut into a grid of tiles, each a single-threaded `gemm` call on a
+/// pool thread; a batch of small ones (attention scores of the generic path, say) runs one
+/// product per pool task instead.
 ///
 /// # Safety
 /// The operands are valid for `[batch, m, k]` and `[batch, k, n]` under their strides, `out`
@@ -52,14 +55,16 @@ pub(super) unsafe fn matmul(
         return;
     }
     let read_dst = bias.is_some();
-    let product = |bi: usize, par: Parallelism| {
-        let pa = (a.ptr.0 as *const f32).add(bi * a.batch_stride);
-        let pb = (b.ptr.0 as *const f32).add(bi * b.batch_stride);
-        let pc = (out.0 as *mut f32).add(bi * m * n);
+    // One tile of one product: rows `i` x columns `j` of `out[bi]`, single-threaded in `gemm`
+    // (packing and its vectorized microkernel) or spread by `gemm` itself.
+    let tile = |bi: usize, i: Range<usize>, j: Range<usize>, par: Parallelism| {
+        let pa = (a.ptr.0 as *const f32).add(bi * a.batch_stride + i.start * a.rs);
+        let pb = (b.ptr.0 as *const f32).add(bi * b.batch_stride + j.start * b.cs);
+        let pc = (out.0 as *mut f32).add(bi * m * n + i.start * n + j.start);
         // dst = 1 * dst + 1 * (a @ b) when read_dst, else a @ b. Strides are (col, row).
         gemm::gemm(
-            m,
-            n,
+            i.len(),
+            j.len(),
             k,
             pc,
             1,
@@ -80,24 +85,59 @@ pub(super) unsafe fn matmul(
         );
     };
     let per_product = m.saturating_mul(n).saturating_mul(k);
-    if batch > 1 && per_product < gemm::get_threading_threshold() {
-        // Products too small for `gemm` to split: one per task. Sending raw pointers across
-        // threads is sound because every task writes its own `out[bi]` block only.
-        let product = &product;
+    let threads = intra_op::pool().map_or(1, |p| p.current_num_threads());
+    if per_product < gemm::get_threading_threshold() || threads == 1 {
+        // Products too small to split (or no pool): one per task, if there are several.
+        // Sending raw pointers across threads is sound: every task writes its own
+        // `out[bi]` block only.
+        let tile = &tile;
         intra_op::for_ranges(batch, per_product, |r| {
             for bi in r {
-                product(bi, Parallelism::None);
+                tile(bi, 0..m, 0..n, Parallelism::None);
+            }
+        });
+    } else if gemm_threads() {
+        intra_op::run(usize::MAX, || {
+            for bi in 0..batch {
+                tile(bi, 0..m, 0..n, Parallelism::Rayon(0));
             }
         });
     } else {
-        intra_op::run(per_product.saturating_mul(batch), || {
-            let par = match intra_op::pool() {
-                Some(_) if rayon::current_thread_index().is_some() => Parallelism::Rayon(0),
-                _ => Parallelism::None,
-            };
-            for bi in 0..batch {
-                product(bi, par);
+        // Our own split: a grid of tiles, each a single-threaded `gemm`, a few per pool
+        // thread. Rows split first (each tile packs its own slice of `b`, a cost of one row
+        // block per tile: small against the tile's product); columns once rows run out (a
+        // batch-1 forward has 32 rows). bench/results/cpu-2026-11-24-s6 compares the two
+        // splits on a 16-core Xeon.
+        let (pm, pn) = grid(m, n, 2 * threads);
+        let (bm, bn) = (m.div_ceil(pm), n.div_ceil(pn));
+        let tiles = batch * pm * pn;
+        let tile = &tile;
+        intra_op::for_ranges(tiles, per_product / (pm * pn), |r| {
+            for t in r {
+                let (bi, rest) = (t / (pm * pn), t % (pm * pn));
+                let (ti, tj) = (rest / pn, rest % pn);
+                let i = ti * bm..((ti + 1) * bm).min(m);
+                let j = tj * bn..((tj + 1) * bn).min(n);
+                if !i.is_empty() && !j.is_empty() {
+                    tile(bi, i, j, Parallelism::None);
+                }
             }
         });
     }
+}
+
+/// Row and column blocks for about `tasks` tiles of an `m x n` product: rows in blocks of at
+/// least 64, then columns in blocks of at least 64 (narrower tiles waste `gemm`'s
+/// microkernel, 48 wide with AVX-512).
+fn grid(m: usize, n: usize, tasks: usize) -> (usize, usize) {
+    let pm = m.div_ceil(64).clamp(1, tasks);
+    let pn = (tasks / pm).clamp(1, n.div_ceil(64).max(1));
+    (pm, pn)
+}
+
+/// `STREAMPOOL_CPU_GEMM=gemm`: large products split by the `gemm` crate's own rayon code
+/// instead of our grid of single-threaded tiles (kept to compare the two on new hosts).
+fn gemm_threads() -> bool {
+    static GEMM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GEMM.get_or_init(|| std::env::var("STREAMPOOL_CPU_GEMM").is_ok_and(|v| v == "gemm"))
 }

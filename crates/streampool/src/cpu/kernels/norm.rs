@@ -1,9 +1,9 @@
-//! Row normalizations: softmax and (residual +) LayerNorm, one row per task piece.
+//! Row normalizations: softmax and (residual +) LayerNorm, one run of rows per task.
 
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 
-use super::simd::{self, vectorized};
+use super::simd::{self, multiversion};
 use super::{dst_at, src};
 
 /// `Kernel::Softmax` in `f32` over rows of `cols` (`cols > 0`).
@@ -14,19 +14,22 @@ pub(super) unsafe fn softmax(x: DevicePtr, out: DevicePtr, rows: usize, cols: us
     let n = rows * cols;
     intra_op::for_ranges(rows, 8 * cols, |r| {
         let x = &src(x, n)[r.start * cols..r.end * cols];
-        let y = dst_at(out, r.start * cols, r.len() * cols);
-        vectorized(|| {
-            for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-                let max = simd::max(xr);
-                yr.iter_mut()
-                    .zip(xr)
-                    .for_each(|(y, &x)| *y = simd::exp(x - max));
-                // The sum in f64: an f32 running sum drifts past 1e-5 on long rows.
-                let inv = (1.0 / simd::sum_f64(yr)) as f32;
-                yr.iter_mut().for_each(|y| *y *= inv);
-            }
-        })
+        softmax_rows(x, dst_at(out, r.start * cols, r.len() * cols), cols)
     });
+}
+
+multiversion! {
+    unsafe fn softmax_rows(x: &[f32], y: &mut [f32], cols: usize) {
+        for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
+            let max = simd::max(xr);
+            yr.iter_mut()
+                .zip(xr)
+                .for_each(|(y, &x)| *y = simd::exp(x - max));
+            // The sum in f64: an f32 running sum drifts past 1e-5 on long rows.
+            let inv = (1.0 / simd::sum_f64(yr)) as f32;
+            yr.iter_mut().for_each(|y| *y *= inv);
+        }
+    }
 }
 
 /// `Kernel::LayerNorm` in `f32`: `out = layer_norm(x + residual) * gamma + beta` per row.
@@ -54,27 +57,38 @@ pub(super) unsafe fn layer_norm(
     intra_op::for_ranges(rows, 4 * c, |r| {
         let x = &src(x, n)[r.start * c..r.end * c];
         let res = residual.map(|p| &src(p, n)[r.start * c..r.end * c]);
-        let y = dst_at(out, r.start * c, r.len() * c);
-        vectorized(|| {
-            for (i, yr) in y.chunks_exact_mut(c).enumerate() {
-                let xr = &x[i * c..(i + 1) * c];
-                match res {
-                    Some(res) => yr
-                        .iter_mut()
-                        .zip(xr)
-                        .zip(&res[i * c..(i + 1) * c])
-                        .for_each(|((y, &x), &r)| *y = x + r),
-                    None => yr.copy_from_slice(xr),
-                }
-                let mean = simd::sum_f64(yr) / c as f64;
-                let var = simd::sq_dev_f64(yr, mean) / c as f64;
-                let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
-                let mean = mean as f32;
-                yr.iter_mut()
-                    .zip(g)
-                    .zip(bt)
-                    .for_each(|((y, &g), &b)| *y = (*y - mean) * inv * g + b);
-            }
-        })
+        layer_norm_rows(x, res, g, bt, dst_at(out, r.start * c, r.len() * c), eps)
     });
+}
+
+multiversion! {
+    unsafe fn layer_norm_rows(
+        x: &[f32],
+        res: Option<&[f32]>,
+        g: &[f32],
+        bt: &[f32],
+        y: &mut [f32],
+        eps: f32,
+    ) {
+        let c = g.len();
+        for (i, yr) in y.chunks_exact_mut(c).enumerate() {
+            let xr = &x[i * c..(i + 1) * c];
+            match res {
+                Some(res) => yr
+                    .iter_mut()
+                    .zip(xr)
+                    .zip(&res[i * c..(i + 1) * c])
+                    .for_each(|((y, &x), &r)| *y = x + r),
+                None => yr.copy_from_slice(xr),
+            }
+            let mean = simd::sum_f64(yr) / c as f64;
+            let var = simd::sq_dev_f64(yr, mean) / c as f64;
+            let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+            let mean = mean as f32;
+            yr.iter_mut()
+                .zip(g)
+                .zip(bt)
+                .for_each(|((y, &g), &b)| *y = (*y - mean) * inv * g + b);
+        }
+    }
 }

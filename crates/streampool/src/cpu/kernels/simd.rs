@@ -2,44 +2,74 @@
 //! instruction set the host has (chosen at run time), and branch-free `exp`/`erf` that
 //! vectorize (the `libm` calls do not).
 //!
-//! `std::simd` is nightly-only. Instead [`vectorized`] runs a closure inside a function
-//! compiled with AVX-512 or AVX2+FMA enabled; the closure, called once from there, is inlined
-//! into it and its loops are vectorized for that instruction set. On other architectures the
-//! baseline (NEON on aarch64) is used as is.
+//! `std::simd` is nightly-only. Instead [`multiversion!`] compiles a kernel's body for AVX-512,
+//! for AVX2+FMA and for the baseline, and picks one at run time; its loops are vectorized
+//! for that instruction set. On other architectures the baseline (NEON on aarch64) is used.
 
-/// Runs `f` compiled for the widest vector instructions this CPU has.
-#[inline(always)]
-pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+/// Defines `unsafe fn $name(args)` whose body is compiled three times, for AVX-512, for
+/// AVX2+FMA and for the baseline, and picks the widest the CPU has on each call (a cached
+/// feature check). The body is an `#[inline(always)]` function called from
+/// `#[target_feature]` wrappers, so LLVM inlines it into them and vectorizes its loops (and
+/// the `#[inline(always)]` helpers of this module they call) for that instruction set. A
+/// closure handed to such a wrapper is not reliably inlined (its loops then stay SSE2: the
+/// first version of these kernels measured so), hence the macro.
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis unsafe fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        $vis unsafe fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            unsafe fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+                unsafe fn v4($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma,f16c")]
+                unsafe fn v3($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if $crate::cpu::kernels::simd::has_avx512() {
+                    // SAFETY: the features `v4` is compiled for were detected.
+                    return v4($($arg),*);
+                }
+                if $crate::cpu::kernels::simd::has_avx2() {
+                    // SAFETY: as above, for AVX2 and FMA.
+                    return v3($($arg),*);
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
+/// The CPU has the AVX-512 subsets the `v4` versions use (std caches the check).
+#[inline]
+pub(crate) fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f")
+        std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features this function is compiled for were detected just above.
-            return unsafe { x86::v4(f) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: as above, for AVX2 and FMA.
-            return unsafe { x86::v3(f) };
-        }
+            && std::arch::is_x86_feature_detected!("f16c")
     }
-    f()
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    pub(super) unsafe fn v4<R>(f: impl FnOnce() -> R) -> R {
-        f()
+/// The CPU has AVX2 and FMA.
+#[inline]
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
     }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn v3<R>(f: impl FnOnce() -> R) -> R {
-        f()
-    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// `e^x` for `f32`, branch-free (Cephes' `expf`: range reduction to `[-ln2/2, ln2/2]` and a
@@ -178,7 +208,7 @@ mod tests {
         let mut x = -87.0f32;
         while x < 88.0 {
             let want = (x as f64).exp();
-            let got = vectorized(|| exp(x)) as f64;
+            let got = exp(x) as f64;
             worst = worst.max(((got - want) / want).abs());
             x += 0.0137;
         }
