@@ -39,3 +39,10 @@ tail -30 "$OUT/torch.log"
 python3 bench/compare.py --dtypes "$OUT/ours/streampool.json" "$OUT/torch/pytorch.json" > "$OUT/compare.md" 2>&1
 python3 bench/cpu_compare.py "$OUT/ours/streampool.json" "$OUT/torch/pytorch.json" > "$OUT/cpu-compare.md" 2>&1
 cat "$OUT/cpu-compare.md"
+
+# ONNX Runtime (if installed there): the model exported by PyTorch in this call.
+if [ "${ONNX:-1}" = 1 ]; then
+  timeout 240 python3 scripts/device/onnx_cpu.py "$M" "$OUT/onnx" "$SECS" > "$OUT/onnx.log" 2>&1
+  echo "onnx rc=$?"
+  grep -E "rows/s|Error|error" "$OUT/onnx.log" | tail -8
+fi

@@ -139,12 +139,6 @@ pub(crate) fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// `y += a * x` element-wise.
-#[inline(always)]
-pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    y.iter_mut().zip(x).for_each(|(y, &x)| *y += a * x);
-}
-
 /// The sum of `x` in `f64`, in 8 lanes (vectorizes; `f64` keeps wide rows' statistics exact
 /// to well below the `f32` result's rounding).
 #[inline(always)]
@@ -241,10 +235,6 @@ mod tests {
     #[test]
     fn reductions_match_plain_loops() {
         let x: Vec<f32> = (0..1003).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
-        let y: Vec<f32> = (0..1003).map(|i| ((i * 11) % 7) as f32 * 0.5).collect();
-        let mut acc = vec![1.0f32; x.len()];
-        axpy(&mut acc, 2.0, &y);
-        assert!(acc.iter().zip(&y).all(|(&a, &y)| a == 1.0 + 2.0 * y));
         let s: f64 = x.iter().map(|&v| v as f64).sum();
         assert_eq!(sum_f64(&x), s);
         assert_eq!(max(&x), 50.0);
