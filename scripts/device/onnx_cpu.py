@@ -25,7 +25,10 @@ def main():
     model = AutoModel.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     ids = torch.randint(1000, 2000, (2, 16))
     mask = torch.ones(2, 16, dtype=torch.long)
-    torch.onnx.export(model, (ids, mask), path, input_names=["input_ids", "attention_mask"],
+    # Keyword inputs: transformers 5's forward takes more positional arguments than the
+    # legacy exporter expects (positional inputs failed with "multiple values for use_cache").
+    torch.onnx.export(model, (), path, kwargs={"input_ids": ids, "attention_mask": mask},
+                      input_names=["input_ids", "attention_mask"],
                       output_names=["last_hidden_state"], dynamic_axes={
                           "input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"},
                           "last_hidden_state": {0: "b", 1: "s"}}, opset_version=17, dynamo=False)
