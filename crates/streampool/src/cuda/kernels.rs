@@ -545,7 +545,24 @@ impl Launcher<'_> {
                     &mut args![px, pm, po, b, s, d],
                 )
             }
+            // The newer model families' ops have CPU kernels only so far.
+            Kernel::RmsNorm { .. } | Kernel::Rope { .. } | Kernel::GatedAct { .. } => {
+                Err(Error::Unavailable(format!(
+                    "{} has no CUDA kernel yet (the CPU backend runs it)",
+                    kernel_name(&kernel)
+                )))
+            }
         }
+    }
+}
+
+/// The name of a kernel the CUDA backend lacks, for its error.
+fn kernel_name(kernel: &Kernel) -> &'static str {
+    match kernel {
+        Kernel::RmsNorm { .. } => "RMSNorm",
+        Kernel::Rope { .. } => "rotary position embedding",
+        Kernel::GatedAct { .. } => "gated activation",
+        _ => "this kernel",
     }
 }
 
