@@ -67,26 +67,30 @@ mod config;
 mod dtype;
 mod embedder;
 mod error;
+mod families;
+mod heads;
 pub mod layers;
 mod locate;
 pub mod pooling;
+pub mod tasks;
 mod tokenizer;
 mod weights;
 
 pub use bert::{BertInput, BertModel};
-pub use config::BertConfig;
+pub use config::{BertConfig, Family};
 pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};
 pub use error::{Error, Result};
 pub use layers::{
-    AttentionMask, Embedding, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention,
-    TransformerEncoderLayer,
+    AttentionInputs, AttentionMask, AttentionOptions, Embedding, LayerNorm, Linear, LinearParams,
+    Mlp, MultiheadAttention, Norm, RmsNorm, Rotary, TransformerEncoderLayer,
 };
 pub use locate::{
-    cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, CACHE_ENV, MINILM_DIR_ENV,
-    TINY_BERT_RELATIVE,
+    cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, tiny_model_dir, CACHE_ENV,
+    MINILM_DIR_ENV, TINY_BERT_RELATIVE,
 };
 pub use streampool::Activation;
+pub use tasks::{Classifier, Reranker};
 pub use tokenizer::{BertTokenizer, TokenizePool, TOKENIZE_THREADS_ENV};
 pub use weights::{HostTensor, WeightFile};
 
@@ -98,4 +102,6 @@ const _: fn() = || {
     shared::<BertTokenizer>();
     shared::<TokenizePool>();
     shared::<TransformerEncoderLayer>();
+    shared::<Classifier>();
+    shared::<Reranker>();
 };
