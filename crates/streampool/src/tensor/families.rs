@@ -94,14 +94,14 @@ impl Tensor {
         let &[batch, seq, heads, head_dim] = self.dims() else {
             return Err(Error::shape(
                 OP,
-                format!("input must be [batch, seq, heads, head_dim], got {:?}", self.dims()),
+                format!(
+                    "input must be [batch, seq, heads, head_dim], got {:?}",
+                    self.dims()
+                ),
             ));
         };
         if !head_dim.is_multiple_of(2) {
-            return Err(Error::shape(
-                OP,
-                format!("head width {head_dim} is odd"),
-            ));
+            return Err(Error::shape(OP, format!("head width {head_dim} is odd")));
         }
         for t in [cos, sin] {
             if t.dtype() != DType::F32 {
@@ -114,7 +114,10 @@ impl Tensor {
             self.same_device(t, OP)?;
         }
         let half = head_dim / 2;
-        if cos.dims() != sin.dims() || cos.rank() != 2 || cos.dims()[1] != half || cos.dims()[0] < seq
+        if cos.dims() != sin.dims()
+            || cos.rank() != 2
+            || cos.dims()[1] != half
+            || cos.dims()[0] < seq
         {
             return Err(Error::shape(
                 OP,
@@ -174,13 +177,15 @@ impl Tensor {
         let mut shape = x.dims().to_vec();
         *shape.last_mut().expect("rank >= 1, checked above") = cols;
         let (px, dtype) = (x.ptr(), x.dtype());
-        launch(self.device(), &[&x], x.out_like(&shape), |o| Kernel::GatedAct {
-            x: px,
-            out: o,
-            rows,
-            cols,
-            act,
-            dtype,
+        launch(self.device(), &[&x], x.out_like(&shape), |o| {
+            Kernel::GatedAct {
+                x: px,
+                out: o,
+                rows,
+                cols,
+                act,
+                dtype,
+            }
         })
     }
 }

@@ -32,7 +32,10 @@ pub(super) unsafe fn rope(
     {
         // Rows are (batch, position, head) in that order.
         let p = (row / heads) % seq;
-        let (c, s) = (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
+        let (c, s) = (
+            &cos[p * half..(p + 1) * half],
+            &sin[p * half..(p + 1) * half],
+        );
         let (x1, x2) = xr.split_at(half);
         let (y1, y2) = yr.split_at_mut(half);
         for i in 0..half {
