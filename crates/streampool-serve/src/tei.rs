@@ -264,7 +264,7 @@ fn classifier(state: &AppState) -> std::result::Result<Arc<ServedModel>, TeiErro
 /// order; the first refusal fails the request.
 async fn tokenize_items(
     model: &Arc<ServedModel>,
-    items: Vec<(String, Option<String>)>,
+    items: Vec<Item>,
     truncate: bool,
 ) -> std::result::Result<Vec<(Vec<i64>, Vec<i64>)>, Error> {
     let model = model.clone();
@@ -422,11 +422,12 @@ struct Prediction<'a> {
     label: &'a str,
 }
 
+/// A text, or a `(text, text_pair)` pair.
+type Item = (String, Option<String>);
+
 /// `/predict`'s `inputs` as TEI reads them: a string or a `[text, text_pair]` is one input
 /// (answered with one list); a list of strings and pairs is a batch (a list of lists).
-fn predict_inputs(
-    v: Value,
-) -> std::result::Result<(Vec<(String, Option<String>)>, bool), TeiError> {
+fn predict_inputs(v: Value) -> std::result::Result<(Vec<Item>, bool), TeiError> {
     fn one(v: &Value) -> Option<(String, Option<String>)> {
         match v {
             Value::String(s) => Some((s.clone(), None)),
