@@ -146,7 +146,9 @@ fn families_on_cuda_match_references() {
             for pass in 0..2 {
                 let got = emb.embed(&refs(&texts(r))).unwrap();
                 let (d, c) = compare_sentences(&got, r, "embedding");
-                println!("cuda {name} {dtype} pass {pass}: max abs diff {d:.3e}, min cosine {c:.8}");
+                println!(
+                    "cuda {name} {dtype} pass {pass}: max abs diff {d:.3e}, min cosine {c:.8}"
+                );
                 assert!(d < tol && c > min_cos, "{name} {dtype}: {d}, {c}");
             }
         }

@@ -314,3 +314,63 @@ async fn prompts_on_every_route_match_the_library() {
     assert_eq!(info["model_type"]["embedding"]["pooling"], "cls");
     handle.shutdown().await.unwrap();
 }
+
+/// `huggingface_hub`'s `InferenceClient.text_classification` (the client of TEI's classifier
+/// servers; it posts `{"inputs", "parameters"}` to the server's root) against the server, when
+/// python3 has `huggingface_hub` (CI installs it); a loud SKIP otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huggingface_hub_text_classification() {
+    const PROBE: &str = "import huggingface_hub";
+    let probe = std::process::Command::new("python3")
+        .args(["-c", PROBE])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "\n!!!!!!!!!! SKIPPED: python3 with huggingface_hub is not available !!!!!!!!!!\n"
+        );
+        return;
+    }
+    let c = classifier("tiny-bert-classifier");
+    let (handle, base) = serve(vec![ModelSpec::Classifier {
+        name: "classifier".into(),
+        classifier: c.clone(),
+    }])
+    .await;
+    let text = "I like you. I love you";
+    let want = c.predict(&[text]).unwrap().remove(0);
+    let script = format!(
+        "from huggingface_hub import InferenceClient\n\
+         r = InferenceClient(model={base:?}).text_classification({text:?})\n\
+         print(r.label, r.score)"
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", &script])
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut words = stdout.split_whitespace();
+    let (label, score) = (
+        words.next().unwrap(),
+        words.next().unwrap().parse::<f32>().unwrap(),
+    );
+    // The client keeps the best label.
+    let best = (0..want.len())
+        .max_by(|&a, &b| want[a].total_cmp(&want[b]))
+        .unwrap();
+    assert_eq!(label, c.labels()[best]);
+    assert!(
+        (score - want[best]).abs() < 1e-5,
+        "{score} vs {}",
+        want[best]
+    );
+    handle.shutdown().await.unwrap();
+}

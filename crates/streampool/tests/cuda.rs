@@ -987,7 +987,11 @@ fn model_family_ops_match_cpu() {
         },
         |t| t[0].narrow(2, 4, 4)?.rope(&t[1], &t[2]),
     );
-    for act in [GateActivation::Gelu, GateActivation::GeluTanh, GateActivation::Silu] {
+    for act in [
+        GateActivation::Gelu,
+        GateActivation::GeluTanh,
+        GateActivation::Silu,
+    ] {
         check(
             &format!("gated_act {act:?}"),
             &g,

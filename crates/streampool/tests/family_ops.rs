@@ -24,7 +24,9 @@ fn rms_ref(x: &[f32], g: &[f32], cols: usize, eps: f64) -> Vec<f64> {
         .flat_map(|r| {
             let ms = r.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / cols as f64;
             let inv = 1.0 / (ms + eps).sqrt();
-            r.iter().zip(g).map(move |(&v, &g)| v as f64 * inv * g as f64)
+            r.iter()
+                .zip(g)
+                .map(move |(&v, &g)| v as f64 * inv * g as f64)
         })
         .collect()
 }
@@ -37,7 +39,8 @@ fn gate_ref(act: GateActivation, x: f64) -> f64 {
     match act {
         GateActivation::Gelu => gelu(x),
         GateActivation::GeluTanh => {
-            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
         }
         GateActivation::Silu => x / (1.0 + (-x).exp()),
     }
@@ -67,8 +70,12 @@ fn rms_norm_matches_f64() {
         }
     }
     let x = Tensor::zeros(&[2, 4], &dev).unwrap();
-    assert!(x.rms_norm(&Tensor::zeros(&[3], &dev).unwrap(), 1e-6).is_err());
-    assert!(x.rms_norm(&Tensor::zeros(&[4], &dev).unwrap(), -1.0).is_err());
+    assert!(x
+        .rms_norm(&Tensor::zeros(&[3], &dev).unwrap(), 1e-6)
+        .is_err());
+    assert!(x
+        .rms_norm(&Tensor::zeros(&[4], &dev).unwrap(), -1.0)
+        .is_err());
 }
 
 #[test]
@@ -101,10 +108,19 @@ fn rope_matches_f64_rotations() {
     let wide = Tensor::from_vec(data(b * s * 2 * h * d, 4), &[b, s, 2 * h, d], &dev).unwrap();
     let view = wide.narrow(2, h, h).unwrap();
     let a = view.rope(&ct, &st).unwrap().to_vec::<f32>().unwrap();
-    let c = view.contiguous().unwrap().rope(&ct, &st).unwrap().to_vec::<f32>().unwrap();
+    let c = view
+        .contiguous()
+        .unwrap()
+        .rope(&ct, &st)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(a, c);
     let short = Tensor::zeros(&[4, half], &dev).unwrap();
-    assert!(xt.rope(&short, &short).is_err(), "tables shorter than the sequence");
+    assert!(
+        xt.rope(&short, &short).is_err(),
+        "tables shorter than the sequence"
+    );
     assert!(xt.rope(&ct.to_dtype(DType::F16).unwrap(), &st).is_err());
 }
 
@@ -112,18 +128,31 @@ fn rope_matches_f64_rotations() {
 fn gated_activations_match_f64() {
     let dev = Device::cpu();
     let (rows, cols) = (6, 37);
-    let x = data(rows * 2 * cols, 5).iter().map(|v| v * 3.0).collect::<Vec<_>>();
+    let x = data(rows * 2 * cols, 5)
+        .iter()
+        .map(|v| v * 3.0)
+        .collect::<Vec<_>>();
     let xt = Tensor::from_vec(x.clone(), &[rows, 2 * cols], &dev).unwrap();
-    for act in [GateActivation::Gelu, GateActivation::GeluTanh, GateActivation::Silu] {
+    for act in [
+        GateActivation::Gelu,
+        GateActivation::GeluTanh,
+        GateActivation::Silu,
+    ] {
         let want: Vec<f64> = x
             .chunks_exact(2 * cols)
             .flat_map(|r| (0..cols).map(move |c| gate_ref(act, r[c] as f64) * r[cols + c] as f64))
             .collect();
         let got = xt.gated_act(act).unwrap();
         assert_eq!(got.dims(), &[rows, cols]);
-        assert!(max_rel(&got.to_vec::<f32>().unwrap(), &want) < 1e-5, "{act:?}");
+        assert!(
+            max_rel(&got.to_vec::<f32>().unwrap(), &want) < 1e-5,
+            "{act:?}"
+        );
     }
-    assert!(Tensor::zeros(&[2, 3], &dev).unwrap().gated_act(GateActivation::Silu).is_err());
+    assert!(Tensor::zeros(&[2, 3], &dev)
+        .unwrap()
+        .gated_act(GateActivation::Silu)
+        .is_err());
 }
 
 #[test]
@@ -131,7 +160,11 @@ fn broadcast_as_repeats_size_one_dims() {
     let dev = Device::cpu();
     // Grouped-query attention's use: [b, kv, 1, s, d] -> [b, kv, g, s, d].
     let x = Tensor::from_vec(data(2 * 2 * 3 * 4, 6), &[2, 2, 1, 3, 4], &dev).unwrap();
-    let y = x.broadcast_as(&[2, 2, 5, 3, 4]).unwrap().contiguous().unwrap();
+    let y = x
+        .broadcast_as(&[2, 2, 5, 3, 4])
+        .unwrap()
+        .contiguous()
+        .unwrap();
     let (xv, yv) = (x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
     for (i, chunk) in yv.chunks_exact(12).enumerate() {
         let src = (i / 5) * 12;
