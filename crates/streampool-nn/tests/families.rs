@@ -273,3 +273,70 @@ fn models_without_a_head_are_not_classifiers_and_families_check_their_configs() 
         assert!(streampool_nn::BertConfig::from_json(bad).is_err(), "{bad}");
     }
 }
+
+/// A scratch copy of a tiny model folder whose sentence-transformers files a test rewrites.
+fn scratch_copy(name: &str, tag: &str) -> std::path::PathBuf {
+    let src = tiny_model_dir(name);
+    let dst = std::env::temp_dir().join(format!("sp-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(dst.join("1_Pooling")).unwrap();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "modules.json",
+        "1_Pooling/config.json",
+        "config_sentence_transformers.json",
+    ] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    dst
+}
+
+#[test]
+fn pooling_and_prompt_files_are_read_and_checked() {
+    let dev = Device::cpu();
+    // No Normalize module: raw CLS vectors (not unit length).
+    let dir = scratch_copy("tiny-xlmr", "nonorm");
+    let modules = r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+        {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
+    std::fs::write(dir.join("modules.json"), modules).unwrap();
+    // A default prompt: applied when a call names none.
+    std::fs::write(
+        dir.join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "query: "}, "default_prompt_name": "query"}"#,
+    )
+    .unwrap();
+    let emb = SentenceEmbedder::load(&dev, &dir).unwrap();
+    assert!(!emb.pooling().normalize);
+    assert_eq!(emb.default_prompt(), Some("query: "));
+    let v = emb.embed(&["paris"]).unwrap().remove(0);
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() > 1e-3, "norm {norm}");
+    let explicit = emb.embed_with_prompt(&["paris"], Some("query: ")).unwrap().remove(0);
+    assert_eq!(v, explicit);
+    assert!(emb.resolve_prompt(Some("query"), Some("x")).is_err());
+    assert!(emb.prompt("passage").unwrap_err().to_string().contains("query"));
+    // Unsupported pooling modes and a default naming no prompt are errors at load.
+    for (file, text) in [
+        (
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_max_tokens": true, "pooling_mode_mean_tokens": false}"#,
+        ),
+        (
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": true}"#,
+        ),
+        (
+            "config_sentence_transformers.json",
+            r#"{"prompts": {}, "default_prompt_name": "query"}"#,
+        ),
+    ] {
+        let dir = scratch_copy("tiny-xlmr", "bad");
+        std::fs::write(dir.join(file), text).unwrap();
+        let err = SentenceEmbedder::load(&dev, &dir).err().expect(text);
+        println!("{text}: {err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
