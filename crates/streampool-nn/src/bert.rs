@@ -523,13 +523,12 @@ impl BertModel {
     }
 
     /// Whether the layers run the fused attention kernel (binary mask): half precision and
-    /// plain attention (no rotary positions, no score bias, no causal mask, no grouped or
-    /// normed heads).
-    fn fused_attention(&self) -> bool {
+    /// attention the kernel covers (rotary positions included; no score bias, no causal
+    /// mask, no grouped or normed heads).
+    pub fn fused_attention(&self) -> bool {
         self.layers
             .first()
             .is_some_and(|l| l.attention().is_fused())
-            && self.rotary.is_none()
             && self.relative_bias.is_none()
             && !self.family.is_causal()
     }

@@ -313,10 +313,17 @@ fn pooling_and_prompt_files_are_read_and_checked() {
     let v = emb.embed(&["paris"]).unwrap().remove(0);
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     assert!((norm - 1.0).abs() > 1e-3, "norm {norm}");
-    let explicit = emb.embed_with_prompt(&["paris"], Some("query: ")).unwrap().remove(0);
+    let explicit = emb
+        .embed_with_prompt(&["paris"], Some("query: "))
+        .unwrap()
+        .remove(0);
     assert_eq!(v, explicit);
     assert!(emb.resolve_prompt(Some("query"), Some("x")).is_err());
-    assert!(emb.prompt("passage").unwrap_err().to_string().contains("query"));
+    assert!(emb
+        .prompt("passage")
+        .unwrap_err()
+        .to_string()
+        .contains("query"));
     // Unsupported pooling modes and a default naming no prompt are errors at load.
     for (file, text) in [
         (
@@ -339,4 +346,23 @@ fn pooling_and_prompt_files_are_read_and_checked() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn half_precision_takes_the_fused_attention_where_it_covers_the_family() {
+    // BERT/RoBERTa and GTE (rotary applied to the fused projection first) run the fused
+    // kernel in f16/bf16; MPNet (score bias) and Qwen3 (causal, grouped-query, q/k norms)
+    // run matmul + softmax + matmul; f32 is always unfused.
+    let dev = Device::cpu();
+    for (name, fused) in [
+        ("tiny-xlmr", true),
+        ("tiny-gte", true),
+        ("tiny-mpnet", false),
+        ("tiny-qwen3", false),
+    ] {
+        let m = BertModel::load_with(&dev, tiny_model_dir(name), ComputeDType::F16).unwrap();
+        assert_eq!(m.fused_attention(), fused, "{name}");
+        let m = BertModel::load(&dev, tiny_model_dir(name)).unwrap();
+        assert!(!m.fused_attention(), "{name} f32");
+    }
 }

@@ -244,8 +244,9 @@ pub enum Kernel {
     /// Rotary position embeddings, rotate-half (GPT-NeoX) form, on `x: [batch, seq, heads,
     /// head_dim]`: with `p` the position of row `s` (`s` itself) and `h = head_dim / 2`,
     /// `out[.., i] = x[i] cos[p, i] - x[i + h] sin[p, i]` and
-    /// `out[.., i + h] = x[i + h] cos[p, i] + x[i] sin[p, i]` for `i < h`. `cos` and `sin` are
-    /// `F32` `[positions >= seq, h]` tables.
+    /// `out[.., i + h] = x[i + h] cos[p, i] + x[i] sin[p, i]` for `i < h`, for heads
+    /// `0..rotated`; heads `rotated..heads` are copied unchanged (the values of a fused QKV
+    /// projection). `cos` and `sin` are `F32` `[positions >= seq, h]` tables.
     Rope {
         x: DevicePtr,
         cos: DevicePtr,
@@ -255,6 +256,7 @@ pub enum Kernel {
         seq: usize,
         heads: usize,
         head_dim: usize,
+        rotated: usize,
         dtype: DType,
     },
     /// Gated activation over a fused gate/up projection: `x: [rows, 2 * cols]` holds the gate

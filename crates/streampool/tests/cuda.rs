@@ -987,6 +987,15 @@ fn model_family_ops_match_cpu() {
         },
         |t| t[0].narrow(2, 4, 4)?.rope(&t[1], &t[2]),
     );
+    check(
+        "rope on the queries and keys of a fused projection",
+        &g,
+        |d| {
+            let (c, s) = tables(d);
+            vec![randn(&[2, 33, 12, 64], 80, d), c, s]
+        },
+        |t| t[0].rope_heads(&t[1], &t[2], 8),
+    );
     for act in [
         GateActivation::Gelu,
         GateActivation::GeluTanh,

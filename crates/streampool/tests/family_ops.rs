@@ -116,6 +116,35 @@ fn rope_matches_f64_rotations() {
         .to_vec::<f32>()
         .unwrap();
     assert_eq!(a, c);
+    // Only the first heads rotated (the queries and keys of a fused projection), the rest
+    // copied: the same as rotating those heads alone.
+    let qkv = Tensor::from_vec(data(b * s * 3 * h * d, 8), &[b, s, 3 * h, d], &dev).unwrap();
+    let part = qkv.rope_heads(&ct, &st, 2 * h).unwrap();
+    let rotated = qkv.narrow(2, 0, 2 * h).unwrap().rope(&ct, &st).unwrap();
+    assert_eq!(
+        part.narrow(2, 0, 2 * h)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        rotated.to_vec::<f32>().unwrap()
+    );
+    assert_eq!(
+        part.narrow(2, 2 * h, h)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        qkv.narrow(2, 2 * h, h)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    );
+    assert!(qkv.rope_heads(&ct, &st, 3 * h + 1).is_err());
     let short = Tensor::zeros(&[4, half], &dev).unwrap();
     assert!(
         xt.rope(&short, &short).is_err(),

@@ -298,10 +298,12 @@ pub struct AttentionInputs<'a> {
 /// `1/sqrt(head_dim)` is folded into the query weights and bias (or, with a query norm, into
 /// its gamma), so the scores need no separate scaling kernel.
 ///
-/// After [`Self::with_dtype`] to f16 or bf16 plain attention (no options, no bias, no
-/// rotary, a padding mask) runs as one fused kernel ([`Tensor::attention`], f32 softmax
-/// statistics), which takes a binary [`AttentionMask`]; everything else runs as separate
-/// kernels (matmul, softmax, matmul) with an additive mask, in f32 or half precision.
+/// After [`Self::with_dtype`] to f16 or bf16, attention with no options, no score bias and a
+/// padding mask runs as one fused kernel ([`Tensor::attention`], f32 softmax statistics),
+/// which takes a binary [`AttentionMask`] (rotary positions too: the queries and keys of the
+/// fused projection are rotated first, [`Tensor::rope_heads`]); everything else (a score
+/// bias, grouped-query heads, q/k norms, a causal mask) runs as separate kernels (matmul,
+/// softmax, matmul) with an additive mask, in f32 or half precision.
 #[derive(Debug, Clone)]
 pub struct MultiheadAttention {
     qkv: Linear,
@@ -445,14 +447,14 @@ impl MultiheadAttention {
         })
     }
 
-    /// Whether this layer uses the fused attention kernel (and so a binary mask): half
-    /// precision, and none of the options the kernel lacks.
+    /// Whether this layer uses the fused attention kernel (and so a binary mask) when called
+    /// without a score bias: half precision, and none of the options the kernel lacks.
     pub fn is_fused(&self) -> bool {
         self.half && self.is_plain()
     }
 
-    /// No grouped-query heads and no q/k norm (the fused kernel's case, given no rotary
-    /// positions and no bias at the call).
+    /// No grouped-query heads and no q/k norm (the fused kernel's case, given no bias at the
+    /// call).
     fn is_plain(&self) -> bool {
         self.kv_heads == self.num_heads && self.q_norm.is_none()
     }
@@ -489,7 +491,7 @@ impl MultiheadAttention {
                 x.dims()
             )));
         }
-        let fused = self.is_fused() && inputs.rotary.is_none() && inputs.bias.is_none();
+        let fused = self.is_fused() && inputs.bias.is_none();
         if let Some(m) = inputs.mask {
             if m.binary != fused {
                 return Err(Error::Input(format!(
@@ -518,10 +520,16 @@ impl MultiheadAttention {
         }
         let (nh, nkv, d) = (self.num_heads, self.kv_heads, self.head_dim);
         if fused {
-            let ctx = self
-                .qkv
-                .forward(x)?
-                .attention(inputs.mask.map(|m| &m.additive), nh)?;
+            let mut qkv = self.qkv.forward(x)?;
+            if let Some(r) = inputs.rotary {
+                // Queries and keys rotated in one pass over the fused projection, values
+                // copied: the fused kernel then sees plain attention.
+                qkv = qkv
+                    .reshape(&[batch, seq, 3 * nh, d])?
+                    .rope_heads(r.cos(), r.sin(), 2 * nh)?
+                    .reshape(&[batch, seq, 3 * nh * d])?;
+            }
+            let ctx = qkv.attention(inputs.mask.map(|m| &m.additive), nh)?;
             return self.out.forward(&ctx);
         }
         let qkv = self

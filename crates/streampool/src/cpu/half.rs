@@ -351,6 +351,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             seq,
             heads,
             head_dim,
+            rotated,
             ..
         } => {
             let n = batch * seq * heads * head_dim;
@@ -363,6 +364,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
                 seq,
                 heads,
                 head_dim,
+                rotated,
                 dtype: f,
             }
         }

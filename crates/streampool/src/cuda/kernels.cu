@@ -1029,24 +1029,31 @@ SP_EXPORT3(sp_rms_norm, rms_norm_k, (const void* x, const void* gamma, void* out
            (x, gamma, out, rows, cols, eps))
 
 // Rotary positions, rotate-half form, on [batch, seq, heads, head_dim]; one thread per
-// (row, i < head_dim / 2) pair; cos and sin are f32 [positions, head_dim / 2].
+// (row, i < head_dim / 2) pair; cos and sin are f32 [positions, head_dim / 2]. Heads from
+// `rotated` on are copied unchanged (the values of a fused QKV projection).
 template <class D>
 __device__ __forceinline__ void rope_k(const void* xv, const float* cs, const float* sn, void* out, u64 batch, u64 seq,
-                                       u64 heads, u64 head_dim) {
+                                       u64 heads, u64 head_dim, u64 rotated) {
     const typename D::T* x = SP_IN(D, xv);
     typename D::T* o = SP_OUT(D, out);
     const u64 half = head_dim / 2;
     SP_GRID_LOOP(i, batch * seq * heads * half) {
         u64 j = i % half, row = i / half, p = (row / heads) % seq, base = row * head_dim;
-        float c = cs[p * half + j], s = sn[p * half + j];
         float x1 = D::ld(x, base + j), x2 = D::ld(x, base + j + half);
+        if (row % heads >= rotated) {
+            D::st(o, base + j, x1);
+            D::st(o, base + j + half, x2);
+            continue;
+        }
+        float c = cs[p * half + j], s = sn[p * half + j];
         D::st(o, base + j, x1 * c - x2 * s);
         D::st(o, base + j + half, x2 * c + x1 * s);
     }
 }
 SP_EXPORT3(sp_rope, rope_k,
-           (const void* x, const float* cs, const float* sn, void* out, u64 batch, u64 seq, u64 heads, u64 head_dim),
-           (x, cs, sn, out, batch, seq, heads, head_dim))
+           (const void* x, const float* cs, const float* sn, void* out, u64 batch, u64 seq, u64 heads, u64 head_dim,
+            u64 rotated),
+           (x, cs, sn, out, batch, seq, heads, head_dim, rotated))
 
 // act: 0 GELU (erf), 1 GELU (tanh), 2 SiLU (GateActivation's codes in kernels.rs).
 __device__ __forceinline__ float sp_gate_act(int act, float v) {

@@ -574,6 +574,7 @@ impl Launcher<'_> {
                 seq,
                 heads,
                 head_dim,
+                rotated,
                 dtype,
             } => {
                 let n = batch * seq * heads * (head_dim / 2);
@@ -582,11 +583,12 @@ impl Launcher<'_> {
                 }
                 let (px, pc, ps, po) = (x.0, cos.0, sin.0, out.0);
                 let (b, s, h, d) = (batch as u64, seq as u64, heads as u64, head_dim as u64);
+                let r = rotated as u64;
                 self.go(
                     m.rope.get(dtype)?,
                     grid(n),
                     THREADS,
-                    &mut args![px, pc, ps, po, b, s, h, d],
+                    &mut args![px, pc, ps, po, b, s, h, d, r],
                 )
             }
             Kernel::GatedAct {

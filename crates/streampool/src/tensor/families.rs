@@ -89,6 +89,25 @@ impl Tensor {
     /// assert_eq!(y, vec![1.0, 0.0, 0.0, 1.0]);
     /// ```
     pub fn rope(&self, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let heads = self.dims().get(2).copied().unwrap_or(0);
+        self.rope_heads(cos, sin, heads)
+    }
+
+    /// [`Tensor::rope`] on heads `0..rotated` of `self: [batch, seq, heads, head_dim]`, the
+    /// other heads copied unchanged: the queries and keys of a fused QKV projection
+    /// (`[batch, seq, 3 * heads, head_dim]`, `rotated = 2 * heads`) rotated in one pass,
+    /// ready for [`Tensor::attention`].
+    ///
+    /// ```
+    /// use streampool::{Device, Tensor};
+    /// let dev = Device::cpu();
+    /// let x = Tensor::from_vec(vec![1.0f32, 0.0, 1.0, 0.0], &[1, 1, 2, 2], &dev).unwrap();
+    /// let cos = Tensor::from_vec(vec![0.0f32], &[1, 1], &dev).unwrap();
+    /// let sin = Tensor::from_vec(vec![1.0f32], &[1, 1], &dev).unwrap();
+    /// let y = x.rope_heads(&cos, &sin, 1).unwrap().to_vec::<f32>().unwrap();
+    /// assert_eq!(y, vec![0.0, 1.0, 1.0, 0.0]); // head 0 turned, head 1 copied
+    /// ```
+    pub fn rope_heads(&self, cos: &Tensor, sin: &Tensor, rotated: usize) -> Result<Tensor> {
         const OP: &str = "rope";
         self.expect_float(OP)?;
         let &[batch, seq, heads, head_dim] = self.dims() else {
@@ -100,6 +119,12 @@ impl Tensor {
                 ),
             ));
         };
+        if rotated > heads {
+            return Err(Error::shape(
+                OP,
+                format!("{rotated} rotated heads of {heads}"),
+            ));
+        }
         if !head_dim.is_multiple_of(2) {
             return Err(Error::shape(OP, format!("head width {head_dim} is odd")));
         }
@@ -141,6 +166,7 @@ impl Tensor {
                 seq,
                 heads,
                 head_dim,
+                rotated,
                 dtype,
             }
         })

@@ -156,8 +156,11 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             seq,
             heads,
             head_dim,
+            rotated,
             ..
-        } => rope::rope(*x, *cos, *sin, *out, *batch, *seq, *heads, *head_dim),
+        } => rope::rope(
+            *x, *cos, *sin, *out, *batch, *seq, *heads, *head_dim, *rotated,
+        ),
         Kernel::GatedAct {
             x,
             out,

@@ -5,7 +5,8 @@ use crate::backend::DevicePtr;
 
 use super::{dst, src};
 
-/// `Kernel::Rope` in `f32` on `[batch, seq, heads, head_dim]` (`head_dim` even, > 0).
+/// `Kernel::Rope` in `f32` on `[batch, seq, heads, head_dim]` (`head_dim` even, > 0): heads
+/// `0..rotated` rotated, the others copied.
 ///
 /// # Safety
 /// `x` is valid for `batch * seq * heads * head_dim` reads and `out` for as many writes;
@@ -20,6 +21,7 @@ pub(super) unsafe fn rope(
     seq: usize,
     heads: usize,
     head_dim: usize,
+    rotated: usize,
 ) {
     let n = batch * seq * heads * head_dim;
     let half = head_dim / 2;
@@ -31,6 +33,10 @@ pub(super) unsafe fn rope(
         .enumerate()
     {
         // Rows are (batch, position, head) in that order.
+        if row % heads >= rotated {
+            yr.copy_from_slice(xr);
+            continue;
+        }
         let p = (row / heads) % seq;
         let (c, s) = (
             &cos[p * half..(p + 1) * half],
