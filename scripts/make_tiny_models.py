@@ -12,6 +12,8 @@ beyond BERT, under models/:
   tiny-mpnet          MPNet (relative position bias), mean pooling + Normalize
   tiny-gte            Alibaba GTE, transformers' port (rotary positions, GeGLU MLP,
                       post-norm), CLS pooling
+  tiny-nomic          NomicBERT (rotary positions, SwiGLU MLP, no biases, post-norm), mean
+                      pooling + Normalize, prompts "query" / "document" ("search_query: ", ...)
   tiny-qwen3          Qwen3 as an embedder (causal, grouped-query attention with 4 query
                       heads over 2 key/value heads, q/k RMSNorm, RoPE, SwiGLU, pre-norm,
                       left padding), last-token pooling + Normalize, with an instruction
@@ -23,7 +25,12 @@ a few hundred tokens), so the folders are kilobytes. Weights: linear weights N(0
 position shows), embeddings N(0, 1), biases N(0, 0.1), norms' gamma 1 + N(0, 0.1) and beta
 N(0, 0.1); float32; fixed seeds. The classification heads get N(0, 1/fan_in) too.
 
-Usage: python3 scripts/make_tiny_models.py [--out models]
+Tokenizers: the `tokenizers` trainers are not deterministic (their vocabulary order follows
+hash-map order), so a folder's existing tokenizer.json is kept and only a missing one is
+trained (--retrain-tokenizers trains all again; the references must then be remade). With
+the tokenizers kept, the weights are byte-identical on every run (fixed seeds).
+
+Usage: python3 scripts/make_tiny_models.py [--out models] [--retrain-tokenizers]
 Needs: torch, transformers, tokenizers (scripts/requirements-reference.txt).
 """
 import argparse
@@ -105,6 +112,17 @@ def bpe_tokenizer(vocab: int) -> Tokenizer:
     return tok
 
 
+RETRAIN = False
+
+
+def kept_or_trained(folder: Path, train) -> Tokenizer:
+    """The folder's committed tokenizer.json, or a new one from `train()`."""
+    path = folder / "tokenizer.json"
+    if path.exists() and not RETRAIN:
+        return Tokenizer.from_file(str(path))
+    return train()
+
+
 def reinit(model: torch.nn.Module, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -160,7 +178,9 @@ def sentence_transformers_files(out: Path, pooling: str, normalize: bool, prompt
 def save(model, tok: Tokenizer, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
-    tok.save(str(out / "tokenizer.json"))
+    # A kept tokenizer is not written again: a load/save round trip reformats its floats.
+    if RETRAIN or not (out / "tokenizer.json").exists():
+        tok.save(str(out / "tokenizer.json"))
     for extra in ("generation_config.json",):
         (out / extra).unlink(missing_ok=True)
 
@@ -168,7 +188,10 @@ def save(model, tok: Tokenizer, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "models"))
+    ap.add_argument("--retrain-tokenizers", action="store_true")
     args = ap.parse_args()
+    global RETRAIN
+    RETRAIN = args.retrain_tokenizers
     root = Path(args.out)
     import transformers as tr
 
@@ -176,7 +199,7 @@ def main() -> None:
                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
     # XLM-RoBERTa embedder and reranker share one tokenizer.
-    xtok = unigram_tokenizer(300)
+    xtok = kept_or_trained(root / "tiny-xlmr", lambda: unigram_tokenizer(300))
     xcfg = dict(common, vocab_size=xtok.get_vocab_size(), max_position_embeddings=66, type_vocab_size=1,
                 pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
     torch.manual_seed(SEED)
@@ -191,7 +214,8 @@ def main() -> None:
     save(m, xtok, root / "tiny-xlmr-reranker")
     tokenizer_config(root / "tiny-xlmr-reranker", "<pad>")
 
-    btok = wordpiece_tokenizer(250, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[CLS]", "[SEP]", False)
+    btok = kept_or_trained(root / "tiny-bert-classifier", lambda: wordpiece_tokenizer(
+        250, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[CLS]", "[SEP]", False))
     bcfg = dict(common, vocab_size=btok.get_vocab_size(), max_position_embeddings=64, type_vocab_size=2,
                 pad_token_id=0, num_labels=3, id2label={0: "negative", 1: "neutral", 2: "positive"},
                 label2id={"negative": 0, "neutral": 1, "positive": 2})
@@ -200,7 +224,8 @@ def main() -> None:
     save(m, btok, root / "tiny-bert-classifier")
     tokenizer_config(root / "tiny-bert-classifier", "[PAD]")
 
-    mtok = wordpiece_tokenizer(250, ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"], "<s>", "</s>", True)
+    mtok = kept_or_trained(root / "tiny-mpnet", lambda: wordpiece_tokenizer(
+        250, ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"], "<s>", "</s>", True))
     mcfg = dict(common, vocab_size=mtok.get_vocab_size(), max_position_embeddings=66, pad_token_id=1,
                 bos_token_id=0, eos_token_id=2, relative_attention_num_buckets=32, layer_norm_eps=1e-5)
     m = tr.MPNetModel(tr.MPNetConfig(**mcfg), add_pooling_layer=False)
@@ -209,7 +234,8 @@ def main() -> None:
     sentence_transformers_files(root / "tiny-mpnet", "mean", True, {}, 64)
     tokenizer_config(root / "tiny-mpnet", "<pad>")
 
-    gtok = wordpiece_tokenizer(250, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[CLS]", "[SEP]", False)
+    gtok = kept_or_trained(root / "tiny-gte", lambda: wordpiece_tokenizer(
+        250, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[CLS]", "[SEP]", False))
     gcfg = dict(common, vocab_size=gtok.get_vocab_size(), max_position_embeddings=64, type_vocab_size=2,
                 pad_token_id=0, layer_norm_eps=1e-12, hidden_act="gelu",
                 rope_parameters={"rope_type": "default", "rope_theta": 500.0})
@@ -219,7 +245,19 @@ def main() -> None:
     sentence_transformers_files(root / "tiny-gte", "cls", True, {}, 64)
     tokenizer_config(root / "tiny-gte", "[PAD]")
 
-    qtok = bpe_tokenizer(300)
+    ntok = kept_or_trained(root / "tiny-nomic", lambda: wordpiece_tokenizer(
+        250, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[CLS]", "[SEP]", False))
+    ncfg = dict(common, vocab_size=ntok.get_vocab_size(), max_position_embeddings=64, type_vocab_size=2,
+                pad_token_id=0, layer_norm_eps=1e-12, hidden_act="silu",
+                rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    m = tr.NomicBertModel(tr.NomicBertConfig(**ncfg))
+    reinit(m, SEED + 6)
+    save(m, ntok, root / "tiny-nomic")
+    sentence_transformers_files(root / "tiny-nomic", "mean", True,
+                                {"query": "search_query: ", "document": "search_document: "}, 64)
+    tokenizer_config(root / "tiny-nomic", "[PAD]")
+
+    qtok = kept_or_trained(root / "tiny-qwen3", lambda: bpe_tokenizer(300))
     qcfg = dict(vocab_size=qtok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
                 rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,

@@ -48,6 +48,7 @@ EMBEDDERS = {
     "tiny-xlmr": tr.XLMRobertaModel,
     "tiny-mpnet": tr.MPNetModel,
     "tiny-gte": tr.GteModel,
+    "tiny-nomic": tr.NomicBertModel,
     "tiny-qwen3": tr.Qwen3Model,
 }
 CLASSIFIERS = {

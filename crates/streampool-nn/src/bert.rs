@@ -9,7 +9,7 @@ use std::sync::Arc;
 use streampool::phases::timed;
 use streampool::{Activation, Device, GraphCache, Tensor};
 
-use crate::families::{gte, mpnet, qwen3};
+use crate::families::{gte, mpnet, nomic, qwen3};
 use crate::heads::ClassificationHead;
 use crate::layers::{
     AttentionInputs, AttentionMask, Embedding, LayerNorm, Norm, RmsNorm, Rotary,
@@ -187,7 +187,10 @@ impl BertEmbeddings {
             position_type0,
             norm: Some(LayerNorm::load(
                 file,
-                &format!("{p}embeddings.LayerNorm"),
+                &match family {
+                    Family::NomicBert => format!("{p}emb_ln"),
+                    _ => format!("{p}embeddings.LayerNorm"),
+                },
                 h,
                 c.layer_norm_eps as f32,
                 device,
@@ -426,6 +429,12 @@ impl BertModel {
                 Family::Gte => {
                     gte::load_layer(&file, &format!("{prefix}encoder.layer.{i}"), config, device)
                 }
+                Family::NomicBert => nomic::load_layer(
+                    &file,
+                    &format!("{prefix}encoder.layers.{i}"),
+                    config,
+                    device,
+                ),
                 Family::Qwen3 => {
                     qwen3::load_layer(&file, &format!("{prefix}layers.{i}"), config, device)
                 }

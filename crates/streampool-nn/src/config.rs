@@ -20,6 +20,7 @@ use crate::{Activation, Error, Result};
 /// | `Roberta` | `roberta`, `xlm-roberta`, `camembert` | absolute from `pad_token_id + 1` | bidirectional | GELU | post-norm LayerNorm |
 /// | `MPNet` | `mpnet` | absolute from `pad_token_id + 1`, plus a relative bias | bidirectional, score bias | GELU | post-norm LayerNorm |
 /// | `Gte` | `gte`, `new` (Alibaba GTE) | rotary | bidirectional | GeGLU | post-norm LayerNorm |
+/// | `NomicBert` | `nomic_bert` | rotary | bidirectional | SwiGLU, no biases | post-norm LayerNorm |
 /// | `Qwen3` | `qwen3` | rotary | causal, grouped-query, q/k RMSNorm | SwiGLU | pre-norm RMSNorm |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -31,6 +32,8 @@ pub enum Family {
     MPNet,
     /// Alibaba GTE (gte-*-v1.5, gte-multilingual).
     Gte,
+    /// NomicBERT (nomic-embed-text-v1, v1.5).
+    NomicBert,
     /// Qwen3 (Qwen3-Embedding).
     Qwen3,
 }
@@ -42,6 +45,7 @@ impl Family {
             "roberta" | "xlm-roberta" | "camembert" => Some(Self::Roberta),
             "mpnet" => Some(Self::MPNet),
             "gte" | "new" => Some(Self::Gte),
+            "nomic_bert" => Some(Self::NomicBert),
             "qwen3" => Some(Self::Qwen3),
             _ => None,
         };
@@ -56,6 +60,7 @@ impl Family {
             ("MPNet", Self::MPNet),
             ("Gte", Self::Gte),
             ("NewModel", Self::Gte),
+            ("NomicBert", Self::NomicBert),
             ("Qwen3", Self::Qwen3),
             ("Bert", Self::Bert),
         ];
@@ -70,7 +75,7 @@ impl Family {
         }
         Err(Error::Config(format!(
             "model_type {model_type:?} (architectures {architectures:?}) is not supported; \
-             supported: bert, roberta, xlm-roberta, camembert, mpnet, gte (new), qwen3"
+             supported: bert, roberta, xlm-roberta, camembert, mpnet, gte (new), nomic_bert, qwen3"
         )))
     }
 
@@ -82,7 +87,7 @@ impl Family {
 
     /// Whether positions are rotary (no position table).
     pub fn is_rotary(self) -> bool {
-        matches!(self, Self::Gte | Self::Qwen3)
+        matches!(self, Self::Gte | Self::NomicBert | Self::Qwen3)
     }
 
     /// Whether attention is causal (a decoder used as an embedder).
@@ -105,16 +110,22 @@ impl Family {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct BertConfig {
     pub vocab_size: usize,
+    // The aliases are the GPT-2-style keys of NomicBERT's own configs (nomic-embed-text).
+    #[serde(alias = "n_embd")]
     pub hidden_size: usize,
+    #[serde(alias = "n_layer")]
     pub num_hidden_layers: usize,
+    #[serde(alias = "n_head")]
     pub num_attention_heads: usize,
+    #[serde(alias = "n_inner")]
     pub intermediate_size: usize,
+    #[serde(alias = "n_positions")]
     pub max_position_embeddings: usize,
     #[serde(default = "default_type_vocab_size")]
     pub type_vocab_size: usize,
-    #[serde(default = "default_hidden_act")]
+    #[serde(default = "default_hidden_act", alias = "activation_function")]
     pub hidden_act: String,
-    #[serde(default = "default_layer_norm_eps")]
+    #[serde(default = "default_layer_norm_eps", alias = "layer_norm_epsilon")]
     pub layer_norm_eps: f64,
     #[serde(default, deserialize_with = "null_as_default")]
     pub pad_token_id: usize,
@@ -136,9 +147,18 @@ pub struct BertConfig {
     /// RMSNorm epsilon (families with RMSNorm).
     #[serde(default)]
     pub rms_norm_eps: Option<f64>,
-    /// Rotary base, older configs' key.
-    #[serde(default)]
+    /// Rotary base, older configs' key (`rotary_emb_base` in NomicBERT's).
+    #[serde(default, alias = "rotary_emb_base")]
     pub rope_theta: Option<f64>,
+    /// NomicBERT's share of each head that rotates (only 1 is supported).
+    #[serde(default)]
+    pub rotary_emb_fraction: Option<f64>,
+    /// NomicBERT's interleaved rotary pairs (only the rotate-half form is supported).
+    #[serde(default)]
+    pub rotary_emb_interleaved: Option<bool>,
+    /// NomicBERT's pre-norm layers (only post-norm is supported).
+    #[serde(default)]
+    pub prenorm: Option<bool>,
     /// Rotary settings, newer configs' key (`rope_type` must be `default`).
     #[serde(default)]
     pub rope_parameters: Option<serde_json::Value>,
@@ -255,6 +275,16 @@ impl BertConfig {
             }
             self.rope_base()?;
             self.gate_activation()?;
+            if self.rotary_emb_fraction.is_some_and(|f| f != 1.0)
+                || self.rotary_emb_interleaved == Some(true)
+                || self.prenorm == Some(true)
+            {
+                return Err(Error::Config(
+                    "rotary_emb_fraction other than 1, interleaved rotary pairs and prenorm \
+                     are not supported"
+                        .into(),
+                ));
+            }
         } else {
             self.activation()?;
         }

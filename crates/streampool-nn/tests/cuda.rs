@@ -139,7 +139,13 @@ fn families_on_cuda_match_references() {
         (ComputeDType::F16, 5e-3, 0.9999, 1e-2),
         (ComputeDType::Bf16, 5e-2, 0.999, 1e-1),
     ];
-    for name in ["tiny-xlmr", "tiny-mpnet", "tiny-gte", "tiny-qwen3"] {
+    for name in [
+        "tiny-xlmr",
+        "tiny-mpnet",
+        "tiny-gte",
+        "tiny-nomic",
+        "tiny-qwen3",
+    ] {
         let r = &all["models"][name];
         for (dtype, tol, min_cos, _) in bounds {
             let emb = SentenceEmbedder::load_with(&dev, tiny_model_dir(name), dtype).unwrap();

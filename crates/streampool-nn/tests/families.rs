@@ -16,10 +16,11 @@ use streampool_nn::{
     tiny_model_dir, BertModel, Classifier, ComputeDType, Family, Reranker, SentenceEmbedder,
 };
 
-const EMBEDDERS: [(&str, Family, PoolingMode); 4] = [
+const EMBEDDERS: [(&str, Family, PoolingMode); 5] = [
     ("tiny-xlmr", Family::Roberta, PoolingMode::Cls),
     ("tiny-mpnet", Family::MPNet, PoolingMode::Mean),
     ("tiny-gte", Family::Gte, PoolingMode::Cls),
+    ("tiny-nomic", Family::NomicBert, PoolingMode::Mean),
     ("tiny-qwen3", Family::Qwen3, PoolingMode::LastToken),
 ];
 
@@ -260,7 +261,25 @@ fn models_without_a_head_are_not_classifiers_and_families_check_their_configs() 
     assert_eq!(m.max_positions(), 64);
     let too_long = streampool_nn::BertInput::from_sequences(&[vec![0; 65]]).unwrap();
     assert!(m.forward(&too_long).is_err());
+    // NomicBERT's own configs use GPT-2's keys.
+    let nomic = streampool_nn::BertConfig::from_json(
+        r#"{"model_type": "nomic_bert", "architectures": ["NomicBertModel"], "vocab_size": 30528,
+            "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": 3072, "n_positions": 8192,
+            "activation_function": "swiglu", "layer_norm_epsilon": 1e-12, "rotary_emb_base": 1000,
+            "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": false, "prenorm": false,
+            "qkv_proj_bias": false, "type_vocab_size": 2}"#,
+    )
+    .unwrap();
+    assert_eq!(nomic.family().unwrap(), Family::NomicBert);
+    assert_eq!(
+        (nomic.hidden_size, nomic.intermediate_size, nomic.head_dim()),
+        (768, 3072, 64)
+    );
+    assert_eq!(nomic.rope_base().unwrap(), 1000.0);
     for bad in [
+        r#"{"model_type": "nomic_bert", "vocab_size": 10, "n_embd": 8, "n_layer": 1, "n_head": 2,
+            "n_inner": 16, "n_positions": 8, "activation_function": "swiglu",
+            "rotary_emb_fraction": 0.5}"#,
         r#"{"model_type": "llama", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
             "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 8}"#,
         r#"{"model_type": "qwen3", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
@@ -357,6 +376,7 @@ fn half_precision_takes_the_fused_attention_where_it_covers_the_family() {
     for (name, fused) in [
         ("tiny-xlmr", true),
         ("tiny-gte", true),
+        ("tiny-nomic", true),
         ("tiny-mpnet", false),
         ("tiny-qwen3", false),
     ] {

@@ -5,4 +5,5 @@
 
 pub(crate) mod gte;
 pub(crate) mod mpnet;
+pub(crate) mod nomic;
 pub(crate) mod qwen3;
