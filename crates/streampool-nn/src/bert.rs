@@ -1,4 +1,6 @@
-//! BERT-family encoders (BERT, MiniLM, ...) from Hugging Face checkpoints.
+//! Transformer models from Hugging Face checkpoints: BERT (MiniLM, bge), RoBERTa
+//! (XLM-RoBERTa, CamemBERT), MPNet, GTE and Qwen3, each composed of the shared layers (see
+//! [`Family`]), with a sequence-classification head where the checkpoint has one.
 
 use std::path::Path;
 
@@ -7,11 +9,14 @@ use std::sync::Arc;
 use streampool::phases::timed;
 use streampool::{Activation, Device, GraphCache, Tensor};
 
+use crate::families::{gte, mpnet, nomic, qwen3};
+use crate::heads::ClassificationHead;
 use crate::layers::{
-    fused_attention, AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer,
+    AttentionInputs, AttentionMask, Embedding, LayerNorm, Norm, RmsNorm, Rotary,
+    TransformerEncoderLayer,
 };
 use crate::weights::{HostTensor, WeightFile};
-use crate::{BertConfig, ComputeDType, Error, Result};
+use crate::{BertConfig, ComputeDType, Error, Family, Result};
 
 /// One batch of token ids for a BERT model: row-major `[batch, seq]` arrays, padded on the
 /// right, with an attention mask of 1 (token) and 0 (padding).
@@ -102,106 +107,175 @@ impl BertInput {
     }
 }
 
-/// Word + position + token-type embeddings, then LayerNorm.
+/// Word embeddings, plus position and token-type embeddings where the family has them, then
+/// LayerNorm where it has one.
 #[derive(Debug, Clone)]
 struct BertEmbeddings {
     word: Embedding,
-    position: Embedding,
-    token_type: Embedding,
-    /// `position + token_type[0]`, precomputed: with all-zero token types (the usual case)
-    /// the three-way sum is one broadcast add.
-    position_type0: Tensor,
-    norm: LayerNorm,
+    /// Absolute positions (none for rotary families).
+    position: Option<Embedding>,
+    /// The row of position 0: `pad_token_id + 1` for RoBERTa and MPNet, else 0.
+    position_offset: usize,
+    token_type: Option<Embedding>,
+    /// `position + token_type[0]` (or either alone), precomputed: with all-zero token types
+    /// (the usual case) the sum is one broadcast add. `[positions, h]`, or `[1, h]` with no
+    /// position table.
+    position_type0: Option<Tensor>,
+    norm: Option<LayerNorm>,
 }
 
 impl BertEmbeddings {
     fn load(file: &WeightFile, p: &str, c: &BertConfig, device: &Device) -> Result<Self> {
         let h = c.hidden_size;
+        let family = c.family()?;
+        if family == Family::Qwen3 {
+            let word = file.get(&format!("{p}embed_tokens.weight"), &[c.vocab_size, h])?;
+            return Ok(Self {
+                word: Embedding::new(&word, device)?,
+                position: None,
+                position_offset: 0,
+                token_type: None,
+                position_type0: None,
+                norm: None,
+            });
+        }
         let word = file.get(
             &format!("{p}embeddings.word_embeddings.weight"),
             &[c.vocab_size, h],
         )?;
-        let position = file.get(
-            &format!("{p}embeddings.position_embeddings.weight"),
-            &[c.max_position_embeddings, h],
-        )?;
-        let token_type = file.get(
-            &format!("{p}embeddings.token_type_embeddings.weight"),
-            &[c.type_vocab_size, h],
-        )?;
-        let type0 = &token_type.data()[..h];
-        let sum: Vec<f32> = position
-            .data()
-            .chunks_exact(h)
-            .flat_map(|row| row.iter().zip(type0).map(|(p, t)| p + t))
-            .collect();
-        let position_type0 = HostTensor::new(sum, position.shape())?.to_device(device)?;
+        let position = if family.is_rotary() {
+            None
+        } else {
+            Some(file.get(
+                &format!("{p}embeddings.position_embeddings.weight"),
+                &[c.max_position_embeddings, h],
+            )?)
+        };
+        let type_name = format!("{p}embeddings.token_type_embeddings.weight");
+        let token_type = if family == Family::MPNet
+            || (family.is_rotary() && (c.type_vocab_size == 0 || !file.contains(&type_name)))
+        {
+            None
+        } else {
+            Some(file.get(&type_name, &[c.type_vocab_size, h])?)
+        };
+        let position_type0 = match (&position, &token_type) {
+            (Some(pos), Some(types)) => {
+                let type0 = &types.data()[..h];
+                let sum: Vec<f32> = pos
+                    .data()
+                    .chunks_exact(h)
+                    .flat_map(|row| row.iter().zip(type0).map(|(p, t)| p + t))
+                    .collect();
+                Some(HostTensor::new(sum, pos.shape())?.to_device(device)?)
+            }
+            (Some(pos), None) => Some(pos.to_device(device)?),
+            (None, Some(types)) => {
+                Some(HostTensor::new(types.data()[..h].to_vec(), &[1, h])?.to_device(device)?)
+            }
+            (None, None) => None,
+        };
         Ok(Self {
             word: Embedding::new(&word, device)?,
-            position: Embedding::new(&position, device)?,
-            token_type: Embedding::new(&token_type, device)?,
+            position: position.map(|p| Embedding::new(&p, device)).transpose()?,
+            position_offset: if family.offsets_positions() {
+                c.pad_token_id + 1
+            } else {
+                0
+            },
+            token_type: token_type.map(|t| Embedding::new(&t, device)).transpose()?,
             position_type0,
-            norm: LayerNorm::load(
+            norm: Some(LayerNorm::load(
                 file,
-                &format!("{p}embeddings.LayerNorm"),
+                &match family {
+                    Family::NomicBert => format!("{p}emb_ln"),
+                    _ => format!("{p}embeddings.LayerNorm"),
+                },
                 h,
                 c.layer_norm_eps as f32,
                 device,
-            )?,
+            )?),
         })
     }
 
     fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        let conv = |e: &Option<Embedding>| e.as_ref().map(|e| e.with_dtype(dtype)).transpose();
         Ok(Self {
             word: self.word.with_dtype(dtype)?,
-            position: self.position.with_dtype(dtype)?,
-            token_type: self.token_type.with_dtype(dtype)?,
-            position_type0: self.position_type0.to_dtype(dtype.dtype())?,
-            norm: self.norm.with_dtype(dtype)?,
+            position: conv(&self.position)?,
+            position_offset: self.position_offset,
+            token_type: conv(&self.token_type)?,
+            position_type0: self
+                .position_type0
+                .as_ref()
+                .map(|t| t.to_dtype(dtype.dtype()))
+                .transpose()?,
+            norm: self
+                .norm
+                .as_ref()
+                .map(|n| n.with_dtype(dtype))
+                .transpose()?,
         })
     }
 
     fn forward(&self, input: &BertInput) -> Result<Tensor> {
         let (b, s) = (input.batch_size, input.seq_len);
-        if s > self.position.rows() {
-            return Err(Error::Input(format!(
-                "sequence of {s} tokens is longer than the model's {} positions",
-                self.position.rows()
-            )));
+        if let Some(pos) = &self.position {
+            if s + self.position_offset > pos.rows() {
+                return Err(Error::Input(format!(
+                    "sequence of {s} tokens is longer than the model's {} positions",
+                    pos.rows() - self.position_offset
+                )));
+            }
         }
         let words = self.word.forward(&input.input_ids, &[b, s])?;
-        let x = if input.token_type_ids.iter().all(|&t| t == 0) {
-            // The [s, h] position rows are one bias over each sentence's s * h values, so the
-            // add is bias_act's contiguous row kernel instead of a strided broadcast (on the
-            // H100 at 512 x 128 tokens in f16 the broadcast add took 0.17 ms of a 6.5 ms forward).
-            let h = words.dims()[2];
-            words
-                .reshape(&[b, s * h])?
-                .bias_act(
-                    &self.position_type0.narrow(0, 0, s)?.reshape(&[s * h])?,
-                    Activation::Identity,
-                )?
-                .reshape(&[b, s, h])?
-        } else {
-            let types = self.token_type.forward(&input.token_type_ids, &[b, s])?;
-            words
-                .add(&types)?
-                .add(&self.position.table().narrow(0, 0, s)?)?
+        let h = words.dims()[2];
+        let typed = input.token_type_ids.iter().any(|&t| t != 0);
+        let x = match (&self.position_type0, &self.token_type, typed) {
+            (_, Some(types), true) => {
+                let types = types.forward(&input.token_type_ids, &[b, s])?;
+                let x = words.add(&types)?;
+                match &self.position {
+                    Some(pos) => x.add(&pos.table().narrow(0, self.position_offset, s)?)?,
+                    None => x,
+                }
+            }
+            (Some(bias), _, _) if self.position.is_some() => {
+                // The [s, h] position rows are one bias over each sentence's s * h values, so
+                // the add is bias_act's contiguous row kernel instead of a strided broadcast
+                // (on the H100 at 512 x 128 tokens in f16 the broadcast add took 0.17 ms of a
+                // 6.5 ms forward).
+                words
+                    .reshape(&[b, s * h])?
+                    .bias_act(
+                        &bias.narrow(0, self.position_offset, s)?.reshape(&[s * h])?,
+                        Activation::Identity,
+                    )?
+                    .reshape(&[b, s, h])?
+            }
+            // Token type 0's row only (rotary families).
+            (Some(bias), _, _) => words.bias_act(&bias.reshape(&[h])?, Activation::Identity)?,
+            (None, _, _) => words,
         };
-        self.norm.forward(&x)
+        match &self.norm {
+            Some(n) => n.forward(&x),
+            None => Ok(x),
+        }
     }
 }
 
-/// A BERT-style encoder: embeddings and a stack of post-norm transformer layers. Weights are
-/// read-only after load, so one `Arc<BertModel>` serves any number of threads, each running
-/// on its own stream; `forward` takes `&self` and no lock.
+/// A transformer of any supported [`Family`] (the name is BERT's, the first one): embeddings
+/// and a stack of layers (post-norm, or pre-norm with a final norm), with rotary tables, a
+/// relative position bias and a classification head where the family and checkpoint have
+/// them. Weights are read-only after load, so one `Arc<BertModel>` serves any number of
+/// threads, each running on its own stream; `forward` takes `&self` and no lock.
 ///
 /// Weights and activations are in the [`ComputeDType`] given to [`Self::load_with`] (f32 for
 /// [`Self::load`]); the hidden states [`Self::forward`] returns are in that dtype's
 /// [`ComputeDType::dtype`] (`Tensor::to_dtype(DType::F32)` converts them).
 ///
-/// The pooler (`pooler.dense`) is not loaded: sentence embeddings use mean pooling
-/// ([`crate::SentenceEmbedder`]).
+/// BERT's pooler (`pooler.dense`) is loaded only as part of a classification head: sentence
+/// embeddings pool the hidden states ([`crate::SentenceEmbedder`]).
 ///
 /// ```
 /// use streampool::Device;
@@ -214,8 +288,14 @@ impl BertEmbeddings {
 #[derive(Debug, Clone)]
 pub struct BertModel {
     config: BertConfig,
+    family: Family,
     embeddings: BertEmbeddings,
     layers: Vec<TransformerEncoderLayer>,
+    /// The pre-norm families' norm after the last layer.
+    final_norm: Option<Norm>,
+    rotary: Option<Rotary>,
+    relative_bias: Option<mpnet::RelativeBias>,
+    head: Option<ClassificationHead>,
     device: Device,
     dtype: ComputeDType,
     /// The encoder layers as one CUDA graph per (stream, batch and length bucket); eager
@@ -267,12 +347,29 @@ impl BertModel {
         }
         Ok(Self {
             config: self.config.clone(),
+            family: self.family,
             embeddings: self.embeddings.with_dtype(dtype)?,
             layers: self
                 .layers
                 .iter()
                 .map(|l| l.with_dtype(dtype))
                 .collect::<Result<_>>()?,
+            final_norm: self
+                .final_norm
+                .as_ref()
+                .map(|n| n.with_dtype(dtype))
+                .transpose()?,
+            rotary: self.rotary.clone(),
+            relative_bias: self
+                .relative_bias
+                .as_ref()
+                .map(|r| r.with_dtype(dtype))
+                .transpose()?,
+            head: self
+                .head
+                .as_ref()
+                .map(|h| h.with_dtype(dtype))
+                .transpose()?,
             device: self.device.clone(),
             dtype,
             graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
@@ -293,37 +390,92 @@ impl BertModel {
         self.dtype
     }
 
+    /// The model family.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
     /// Loads the weights at `weights` (safetensors, Hugging Face names, with or without the
-    /// `bert.` prefix; F32, F16 or BF16, upcast to f32) for `config`.
+    /// task model's prefix such as `bert.`, `roberta.` or `model.`; F32, F16 or BF16, upcast
+    /// to f32) for `config`. A `*ForSequenceClassification` config loads its head too.
     pub fn load_weights(
         device: &Device,
         config: &BertConfig,
         weights: impl AsRef<Path>,
     ) -> Result<Self> {
         config.validate()?;
+        let family = config.family()?;
         let file = WeightFile::open(weights)?;
-        let prefix = if !file.contains("embeddings.word_embeddings.weight")
-            && file.contains("bert.embeddings.word_embeddings.weight")
-        {
-            "bert."
-        } else {
-            ""
+        let probe = match family {
+            Family::Qwen3 => "embed_tokens.weight",
+            _ => "embeddings.word_embeddings.weight",
         };
+        let prefix = ["", "bert.", "roberta.", "mpnet.", "new.", "model."]
+            .into_iter()
+            .find(|p| file.contains(&format!("{p}{probe}")))
+            .unwrap_or("");
         let embeddings = BertEmbeddings::load(&file, prefix, config, device)?;
         let layers = (0..config.num_hidden_layers)
-            .map(|i| {
-                TransformerEncoderLayer::load_bert(
+            .map(|i| match family {
+                Family::Bert | Family::Roberta => TransformerEncoderLayer::load_bert(
                     &file,
                     &format!("{prefix}encoder.layer.{i}"),
                     config,
                     device,
-                )
+                ),
+                Family::MPNet => {
+                    mpnet::load_layer(&file, &format!("{prefix}encoder.layer.{i}"), config, device)
+                }
+                Family::Gte => {
+                    gte::load_layer(&file, &format!("{prefix}encoder.layer.{i}"), config, device)
+                }
+                Family::NomicBert => nomic::load_layer(
+                    &file,
+                    &format!("{prefix}encoder.layers.{i}"),
+                    config,
+                    device,
+                ),
+                Family::Qwen3 => {
+                    qwen3::load_layer(&file, &format!("{prefix}layers.{i}"), config, device)
+                }
             })
             .collect::<Result<_>>()?;
+        let final_norm = match family {
+            Family::Qwen3 => Some(Norm::Rms(RmsNorm::new(
+                &file.get(&format!("{prefix}norm.weight"), &[config.hidden_size])?,
+                config.norm_eps(),
+                device,
+            )?)),
+            _ => None,
+        };
+        let rotary = if family.is_rotary() {
+            Some(Rotary::new(
+                config.head_dim(),
+                config.max_position_embeddings,
+                config.rope_base()?,
+                device,
+            )?)
+        } else {
+            None
+        };
+        let relative_bias = match family {
+            Family::MPNet => Some(mpnet::RelativeBias::load(&file, prefix, config, device)?),
+            _ => None,
+        };
+        let head = if config.is_sequence_classifier() {
+            Some(ClassificationHead::load(&file, prefix, config, device)?)
+        } else {
+            None
+        };
         Ok(Self {
             config: config.clone(),
+            family,
             embeddings,
             layers,
+            final_norm,
+            rotary,
+            relative_bias,
+            head,
             device: device.clone(),
             dtype: ComputeDType::F32,
             graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
@@ -340,6 +492,16 @@ impl BertModel {
         &self.device
     }
 
+    /// The longest sequence the model takes, in tokens.
+    pub fn max_positions(&self) -> usize {
+        self.config.max_positions()
+    }
+
+    /// Classes of the classification head; `None` without one.
+    pub fn num_labels(&self) -> Option<usize> {
+        self.head.as_ref().map(ClassificationHead::labels)
+    }
+
     /// The last hidden state, `[batch, seq, hidden]`, computed on the calling thread's
     /// current stream. Rows at padded positions are computed but meaningless.
     pub fn forward(&self, input: &BertInput) -> Result<Tensor> {
@@ -348,44 +510,98 @@ impl BertModel {
         Ok(states.pop().expect("final hidden state"))
     }
 
+    /// The classification head's logits, `F32` `[batch, labels]` (a `*ForSequenceClassification`
+    /// checkpoint: reranker scores, classifier logits); an error for a model without a head.
+    pub fn logits(&self, input: &BertInput) -> Result<Tensor> {
+        let head = self.head.as_ref().ok_or_else(|| {
+            Error::Input(
+                "this model has no sequence-classification head (its config's architectures \
+                 name no *ForSequenceClassification)"
+                    .into(),
+            )
+        })?;
+        let hidden = self.forward(input)?;
+        head.forward(&hidden)
+    }
+
     /// Every hidden state: index 0 is the embedding output (after LayerNorm), index `n` the
-    /// output of layer `n - 1` (Hugging Face's `output_hidden_states`).
+    /// output of layer `n - 1` (Hugging Face's `output_hidden_states`; the last one after the
+    /// final norm of pre-norm families).
     pub fn forward_hidden_states(&self, input: &BertInput) -> Result<Vec<Tensor>> {
         self.run(input, true)
     }
 
+    /// Whether the layers run the fused attention kernel (binary mask): half precision and
+    /// attention the kernel covers (rotary positions included; no score bias, no causal
+    /// mask, no grouped or normed heads).
+    pub fn fused_attention(&self) -> bool {
+        self.layers
+            .first()
+            .is_some_and(|l| l.attention().is_fused())
+            && self.relative_bias.is_none()
+            && !self.family.is_causal()
+    }
+
     fn run(&self, input: &BertInput, keep_all: bool) -> Result<Vec<Tensor>> {
         let (mask, b, s) = (&input.attention_mask, input.batch_size, input.seq_len);
-        let binary = fused_attention(self.dtype, &self.device);
+        if let Some(r) = &self.rotary {
+            if s > r.positions() {
+                return Err(Error::Input(format!(
+                    "sequence of {s} tokens is longer than the model's {} positions",
+                    r.positions()
+                )));
+            }
+        }
+        let binary = self.fused_attention();
         let mask = if binary {
             AttentionMask::binary(mask, b, s, &self.device)?
+        } else if self.family.is_causal() {
+            AttentionMask::causal(mask, b, s, &self.device)?.to_dtype(self.dtype.dtype())?
         } else {
-            AttentionMask::new(mask, b, s, &self.device)?
+            AttentionMask::new(mask, b, s, &self.device)?.to_dtype(self.dtype.dtype())?
         };
+        let bias = self.relative_bias.as_ref().map(|r| r.bias(s)).transpose()?;
         let mut x = self.embeddings.forward(input)?;
         if !keep_all {
-            // The layers are pure device work on `x` and the mask: one graph per shape.
-            let out = self.graphs.run("bert-layers", &[&x, mask.tensor()], |i| {
+            let mut graph_inputs = vec![&x, mask.tensor()];
+            graph_inputs.extend(bias.as_ref());
+            // The layers are pure device work on `x`, the mask and the bias: one graph per
+            // shape.
+            let out = self.graphs.run("bert-layers", &graph_inputs, |i| {
                 let mask = if binary {
                     AttentionMask::from_binary(i[1].clone())?
                 } else {
                     AttentionMask::from_additive(i[1].clone())?
                 };
+                let inputs = AttentionInputs {
+                    mask: Some(&mask),
+                    rotary: self.rotary.as_ref(),
+                    bias: i.get(2),
+                };
                 let mut x = i[0].clone();
                 for layer in &self.layers {
-                    x = layer.forward(&x, Some(&mask))?;
+                    x = layer.forward_with(&x, &inputs)?;
+                }
+                if let Some(n) = &self.final_norm {
+                    x = n.forward(&x)?;
                 }
                 Ok::<_, Error>(vec![x])
             })?;
             return Ok(out);
         }
+        let inputs = AttentionInputs {
+            mask: Some(&mask),
+            rotary: self.rotary.as_ref(),
+            bias: bias.as_ref(),
+        };
         let mut states = Vec::new();
         for layer in &self.layers {
-            let next = layer.forward(&x, Some(&mask))?;
-            if keep_all {
-                states.push(x);
-            }
+            let next = layer.forward_with(&x, &inputs)?;
+            states.push(x);
             x = next;
+        }
+        if let Some(n) = &self.final_norm {
+            x = n.forward(&x)?;
         }
         states.push(x);
         Ok(states)

@@ -1,15 +1,20 @@
-//! Sentence embeddings: tokenizer + BERT + mean pooling + L2 normalisation.
+//! Sentence embeddings: tokenizer + model + the model's pooling (mean, CLS or last token) +
+//! L2 normalisation where it has one, with its named prompts.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
-use crate::pooling::{l2_normalize, mean_pool};
+use crate::pooling::{read_json, Pooling, PoolingMode};
 use crate::{BertInput, BertModel, BertTokenizer, ComputeDType, Error, Result};
 
-/// Turns sentences into unit-length vectors, as sentence-transformers does for models such
-/// as all-MiniLM-L6-v2. `Send + Sync`: share one `Arc<SentenceEmbedder>` between threads.
+/// Turns sentences into vectors as sentence-transformers does, with the pooling and prompts
+/// of the model's own files: mean pooling and unit length for all-MiniLM-L6-v2, the first
+/// token for bge and gte, the last token for Qwen3-Embedding (see [`Pooling`]). Any
+/// [`Family`](crate::Family) the model loader supports. `Send + Sync`: share one
+/// `Arc<SentenceEmbedder>` between threads.
 ///
 /// ```
 /// use streampool::Device;
@@ -23,6 +28,11 @@ use crate::{BertInput, BertModel, BertTokenizer, ComputeDType, Error, Result};
 pub struct SentenceEmbedder {
     tokenizer: BertTokenizer,
     model: BertModel,
+    pooling: Pooling,
+    /// Named prompts (`config_sentence_transformers.json`), prepended to texts.
+    prompts: BTreeMap<String, String>,
+    /// The prompt applied when a call names none.
+    default_prompt: Option<String>,
     /// Most texts per device batch in [`SentenceEmbedder::embed`]; see
     /// [`SentenceEmbedder::with_chunk_size`].
     chunk: usize,
@@ -35,7 +45,9 @@ pub struct SentenceEmbedder {
 pub const DEFAULT_EMBED_CHUNK: usize = 256;
 
 impl SentenceEmbedder {
-    /// Loads a model folder: `config.json`, `model.safetensors` and `tokenizer.json`. Inputs
+    /// Loads a model folder: `config.json`, `model.safetensors` and `tokenizer.json`, and
+    /// where present sentence-transformers' `modules.json` with its pooling module's config
+    /// (pooling mode, `Normalize`) and `config_sentence_transformers.json` (prompts). Inputs
     /// are truncated to `max_seq_length` of `sentence_bert_config.json` when the folder has
     /// one (256 for all-MiniLM-L6-v2), never beyond the model's positions.
     pub fn load(device: &Device, dir: impl AsRef<Path>) -> Result<Self> {
@@ -48,13 +60,100 @@ impl SentenceEmbedder {
     pub fn load_with(device: &Device, dir: impl AsRef<Path>, dtype: ComputeDType) -> Result<Self> {
         let dir = dir.as_ref();
         let model = BertModel::load_with(device, dir, dtype)?;
+        let pooling = Pooling::from_dir(dir)?;
+        let (prompts, default_prompt) = prompts(dir)?;
         let max_len = max_seq_length(dir)?
             .unwrap_or(usize::MAX)
-            .min(model.config().max_position_embeddings);
+            .min(model.max_positions());
         let tokenizer = timed("tokenizer loaded", || {
             BertTokenizer::from_file(dir.join("tokenizer.json"), max_len)
         })?;
-        Self::new(tokenizer, model)
+        let mut emb = Self::new(tokenizer, model)?.with_pooling(pooling);
+        emb.prompts = prompts;
+        emb.default_prompt = default_prompt;
+        Ok(emb)
+    }
+
+    /// This embedder with another pooling.
+    pub fn with_pooling(mut self, pooling: Pooling) -> Self {
+        self.pooling = pooling;
+        self
+    }
+
+    /// The pooling (from the model's sentence-transformers files).
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
+    }
+
+    /// The model's named prompts (`config_sentence_transformers.json`'s `prompts`).
+    pub fn prompts(&self) -> &BTreeMap<String, String> {
+        &self.prompts
+    }
+
+    /// The prompt named `name`, or an error that lists the model's prompts.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// assert!(emb.prompt("query").is_err()); // tiny-bert has no prompts
+    /// ```
+    pub fn prompt(&self, name: &str) -> Result<&str> {
+        self.prompts.get(name).map(String::as_str).ok_or_else(|| {
+            Error::Input(format!(
+                "prompt_name {name:?} is not one of this model's prompts ({})",
+                if self.prompts.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    self.prompts.keys().cloned().collect::<Vec<_>>().join(", ")
+                }
+            ))
+        })
+    }
+
+    /// The prompt applied when a call names none (`default_prompt_name`), if any.
+    pub fn default_prompt(&self) -> Option<&str> {
+        self.default_prompt.as_deref()
+    }
+
+    /// The prompt to prepend: `prompt` itself, else the one named `prompt_name`, else the
+    /// default; both given is an error (as sentence-transformers' `encode`).
+    pub fn resolve_prompt<'a>(
+        &'a self,
+        prompt_name: Option<&str>,
+        prompt: Option<&'a str>,
+    ) -> Result<Option<&'a str>> {
+        match (prompt_name, prompt) {
+            (Some(_), Some(_)) => Err(Error::Input(
+                "give either prompt or prompt_name, not both".into(),
+            )),
+            (_, Some(p)) => Ok(Some(p)),
+            (Some(name), None) => self.prompt(name).map(Some),
+            (None, None) => Ok(self.default_prompt()),
+        }
+    }
+
+    /// [`Self::embed`] with `prompt` prepended to every text (sentence-transformers' `prompt`;
+    /// its tokens are pooled too, as `include_prompt`). `None` applies the default prompt, if
+    /// the model has one.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// let a = emb.embed_with_prompt(&["paris"], Some("query: ")).unwrap();
+    /// let b = emb.embed(&["query: paris"]).unwrap();
+    /// assert_eq!(a, b);
+    /// ```
+    pub fn embed_with_prompt(&self, texts: &[&str], prompt: Option<&str>) -> Result<Vec<Vec<f32>>> {
+        match prompt.or(self.default_prompt()) {
+            Some(p) if !p.is_empty() => {
+                let owned: Vec<String> = texts.iter().map(|t| format!("{p}{t}")).collect();
+                let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+                self.embed_raw(&refs)
+            }
+            _ => self.embed_raw(texts),
+        }
     }
 
     /// Runs two small batches (a short sentence; two sentences of about 100 tokens) and
@@ -80,17 +179,24 @@ impl SentenceEmbedder {
 
     /// Pairs a tokenizer with a model; the tokenizer must not produce sequences longer than
     /// the model's positions.
+    /// Pools by the mean and normalizes, with no prompts; see [`Self::with_pooling`].
     pub fn new(tokenizer: BertTokenizer, model: BertModel) -> Result<Self> {
-        if tokenizer.max_len() > model.config().max_position_embeddings {
+        if tokenizer.max_len() > model.max_positions() {
             return Err(Error::Input(format!(
                 "tokenizer truncates at {} tokens but the model has {} positions",
                 tokenizer.max_len(),
-                model.config().max_position_embeddings
+                model.max_positions()
             )));
         }
         Ok(Self {
             tokenizer,
             model,
+            pooling: Pooling {
+                mode: PoolingMode::Mean,
+                normalize: true,
+            },
+            prompts: BTreeMap::new(),
+            default_prompt: None,
             chunk: DEFAULT_EMBED_CHUNK,
         })
     }
@@ -142,27 +248,31 @@ impl SentenceEmbedder {
         self.tokenizer.encode_batch(texts)
     }
 
-    /// Unit-length embeddings `[batch, dim]` of a tokenized batch, left on the device.
+    /// Embeddings `F32` `[batch, dim]` of a tokenized batch (the model's pooling; unit
+    /// length where it normalizes), left on the device.
     pub fn embed_input(&self, input: &BertInput) -> Result<Tensor> {
-        let hidden = self.model.forward(input)?;
-        if self.model.dtype().is_half() {
-            let (b, s) = (input.batch_size(), input.seq_len());
-            let mask: Vec<f32> = input
-                .attention_mask()
-                .iter()
-                .map(|&m| (m != 0) as u8 as f32)
-                .collect();
-            let mask = Tensor::from_vec(mask, &[b, s], hidden.device())?;
-            return Ok(hidden.mean_pool_normalize(&mask)?);
-        }
-        l2_normalize(&mean_pool(&hidden, input.attention_mask())?)
+        self.embed_input_with(input, self.pooling.normalize)
     }
 
-    /// One unit-length embedding per text, computed on the calling thread's current stream:
+    /// [`Self::embed_input`], unit length or not as `normalize` says (the server's
+    /// `normalize` request field).
+    pub fn embed_input_with(&self, input: &BertInput, normalize: bool) -> Result<Tensor> {
+        let hidden = self.model.forward(input)?;
+        self.pooling
+            .pool(&hidden, input.attention_mask(), normalize)
+    }
+
+    /// One embedding per text (the model's pooling; unit length where it normalizes; its
+    /// default prompt, if any, prepended), computed on the calling thread's current stream:
     /// as one batch up to [`SentenceEmbedder::chunk_size`] texts, else in chunks whose
     /// tokenization overlaps the device work of the chunks before. No texts give no
     /// embeddings.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        self.embed_with_prompt(texts, None)
+    }
+
+    /// [`Self::embed`] with no prompt at all.
+    fn embed_raw(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         // Every chunk's forward is queued on this thread's stream as soon as it is
         // tokenized, and nothing is read back until all are queued: while the device runs
         // chunk i, the tokenization pool works on chunk i+1, so the device idles only while
@@ -221,8 +331,40 @@ impl SentenceEmbedder {
     }
 }
 
+/// The prompts and the default prompt of `dir/config_sentence_transformers.json`, if that
+/// file exists.
+fn prompts(dir: &Path) -> Result<(BTreeMap<String, String>, Option<String>)> {
+    let path = dir.join("config_sentence_transformers.json");
+    if !path.is_file() {
+        return Ok((BTreeMap::new(), None));
+    }
+    let v = read_json(&path)?;
+    let mut prompts = BTreeMap::new();
+    if let Some(map) = v["prompts"].as_object() {
+        for (name, p) in map {
+            let p = p.as_str().ok_or_else(|| {
+                Error::Config(format!(
+                    "{}: prompt {name:?} is not a string",
+                    path.display()
+                ))
+            })?;
+            prompts.insert(name.clone(), p.to_string());
+        }
+    }
+    let default = match v["default_prompt_name"].as_str() {
+        None => None,
+        Some(name) => Some(prompts.get(name).cloned().ok_or_else(|| {
+            Error::Config(format!(
+                "{}: default_prompt_name {name:?} names no prompt",
+                path.display()
+            ))
+        })?),
+    };
+    Ok((prompts, default))
+}
+
 /// `max_seq_length` from `dir/sentence_bert_config.json`, if that file exists.
-fn max_seq_length(dir: &Path) -> Result<Option<usize>> {
+pub(crate) fn max_seq_length(dir: &Path) -> Result<Option<usize>> {
     let path = dir.join("sentence_bert_config.json");
     if !path.is_file() {
         return Ok(None);

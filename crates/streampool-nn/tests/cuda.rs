@@ -122,3 +122,56 @@ fn eight_threads_on_cuda_agree_with_one() {
     );
     assert!(worst <= 1e-5, "threads differ from one thread by {worst}");
 }
+
+/// The families past BERT (tiny checkpoints) on the GPU in every dtype against the float64
+/// transformers reference, twice each (the second call replays the CUDA graph): f32 and tf32
+/// as the CPU's f32 bounds allow for cuBLAS, f16/bf16 within the CPU half tests' bounds;
+/// and the classifier's and reranker's logits.
+#[test]
+fn families_on_cuda_match_references() {
+    use streampool_nn::{tiny_model_dir, Classifier};
+    let dev = gpu();
+    let all = reference("tiny_models_reference.json");
+    // (dtype, max abs diff of unit embeddings, min cosine, logits rel err)
+    let bounds = [
+        (ComputeDType::F32, 1e-4, 0.99999, 1e-4),
+        (ComputeDType::Tf32, 5e-3, 0.9999, 1e-2),
+        (ComputeDType::F16, 5e-3, 0.9999, 1e-2),
+        (ComputeDType::Bf16, 5e-2, 0.999, 1e-1),
+    ];
+    for name in [
+        "tiny-xlmr",
+        "tiny-mpnet",
+        "tiny-gte",
+        "tiny-nomic",
+        "tiny-qwen3",
+    ] {
+        let r = &all["models"][name];
+        for (dtype, tol, min_cos, _) in bounds {
+            let emb = SentenceEmbedder::load_with(&dev, tiny_model_dir(name), dtype).unwrap();
+            for pass in 0..2 {
+                let got = emb.embed(&refs(&texts(r))).unwrap();
+                let (d, c) = compare_sentences(&got, r, "embedding");
+                println!(
+                    "cuda {name} {dtype} pass {pass}: max abs diff {d:.3e}, min cosine {c:.8}"
+                );
+                assert!(d < tol && c > min_cos, "{name} {dtype}: {d}, {c}");
+            }
+        }
+    }
+    let r = &all["models"]["tiny-bert-classifier"];
+    let texts: Vec<String> = r["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    let want = rows(&r["logits"]);
+    for (dtype, _, _, tol) in bounds {
+        let c = Classifier::load_with(&dev, tiny_model_dir("tiny-bert-classifier"), dtype).unwrap();
+        let got: Vec<f32> = c.logits(&refs(&texts)).unwrap().concat();
+        let e = rel_err(&got, &want);
+        println!("cuda classifier {dtype}: logits rel err {e:.3e}");
+        assert!(e < tol, "classifier {dtype}: {e}");
+    }
+}

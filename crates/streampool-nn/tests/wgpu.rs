@@ -113,3 +113,27 @@ fn bf16_on_wgpu_fails_at_load_with_a_clear_error() {
     }
     assert!(BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::F32).is_ok());
 }
+
+/// The families past BERT on wgpu: XLM-RoBERTa and MPNet use only kernels wgpu has and
+/// match the float64 reference; GTE and Qwen3 need RMSNorm / rotary / gated kernels that
+/// wgpu lacks, and fail with a clear `Unavailable` error instead of a wrong answer.
+#[test]
+fn families_on_wgpu_match_reference_or_say_unavailable() {
+    use streampool_nn::tiny_model_dir;
+    let Some(dev) = gpu() else { return };
+    let all = reference("tiny_models_reference.json");
+    for name in ["tiny-xlmr", "tiny-mpnet"] {
+        let r = &all["models"][name];
+        let emb = SentenceEmbedder::load(&dev, tiny_model_dir(name)).unwrap();
+        let got = emb.embed(&refs(&texts(r))).unwrap();
+        let (d, c) = compare_sentences(&got, r, "embedding");
+        println!("wgpu {name}: max abs diff {d:.3e}, min cosine {c:.10}");
+        assert!(d < 1e-4 && c > 0.99999, "{name}: {d}, {c}");
+    }
+    for name in ["tiny-gte", "tiny-nomic", "tiny-qwen3"] {
+        let emb = SentenceEmbedder::load(&dev, tiny_model_dir(name)).unwrap();
+        let err = emb.embed(&["hello"]).unwrap_err().to_string();
+        println!("wgpu {name}: {err}");
+        assert!(err.contains("unavailable"), "{name}: {err}");
+    }
+}

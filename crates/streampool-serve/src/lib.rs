@@ -75,7 +75,8 @@ pub use config::ServeConfig;
 pub use error::{Error, Result, Shed};
 pub use metrics::Metrics;
 pub use models::{
-    EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel, TensorEndpoint, TensorModel,
+    ClassifierEndpoint, EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel,
+    TensorEndpoint, TensorModel,
 };
 pub use server::{harden, router, routes, Server, ServerHandle};
 pub use state::AppState;

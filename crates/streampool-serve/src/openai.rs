@@ -30,6 +30,22 @@ struct EmbeddingsRequest {
     encoding_format: Option<String>,
     #[serde(default)]
     dimensions: Option<usize>,
+    /// Not OpenAI's: a prompt of the model's `config_sentence_transformers.json` by name
+    /// (as TEI's and sentence-transformers' `prompt_name`).
+    #[serde(default)]
+    prompt_name: Option<String>,
+    /// Not OpenAI's: a prompt to prepend to every input text (sentence-transformers'
+    /// `prompt`).
+    #[serde(default)]
+    prompt: Option<String>,
+}
+
+/// `texts` with `prompt` prepended to each (no copy without one).
+pub(crate) fn with_prompt(texts: Vec<String>, prompt: Option<&str>) -> Vec<String> {
+    match prompt {
+        Some(p) if !p.is_empty() => texts.into_iter().map(|t| format!("{p}{t}")).collect(),
+        _ => texts,
+    }
 }
 
 /// An error in OpenAI's format: `{"error": {"message", "type", "param", "code"}}`.
@@ -65,8 +81,10 @@ impl IntoResponse for OpenAiError {
 /// `POST /v1/embeddings`: `input` is a string, a list of strings, a list of token ids or a
 /// list of such lists; `model` names an embedder (default: the first one served);
 /// `encoding_format` is `float` (default) or `base64` (little-endian f32, as the `openai`
-/// Python client asks by default). `usage` counts the tokens embedded, special tokens
-/// included.
+/// Python client asks by default); `prompt_name` (one of the model's prompts) or `prompt`
+/// (any text), extensions of the API, are prepended to every text (the model's default
+/// prompt, if it has one, when neither is given). `usage` counts the tokens embedded,
+/// special tokens and prompts included.
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     body: std::result::Result<Body, Error>,
@@ -107,14 +125,21 @@ pub async fn embeddings(
         }
     };
     let input = parse_input(req.input)?;
+    let prompt = e.prompt(req.prompt_name.as_deref(), req.prompt.as_deref())?;
     phase(Phase::Parse);
     let ids = match input {
         Input::Texts(texts) => {
             check_count(&state, texts.len())?;
-            tokenize_all(&model, texts, None).await?
+            tokenize_all(&model, with_prompt(texts, prompt.as_deref()), None).await?
         }
         Input::Tokens(rows) => {
             check_count(&state, rows.len())?;
+            if req.prompt_name.is_some() || req.prompt.is_some() {
+                return Err(Error::BadRequest(
+                    "prompt_name and prompt apply to texts, not token ids".into(),
+                )
+                .into());
+            }
             rows.into_iter()
                 .map(|r| e.check_ids(r))
                 .collect::<Result<Vec<_>>>()?
@@ -275,7 +300,7 @@ pub(crate) async fn tokenize_all(
     fn run(model: &ServedModel, texts: &[String], truncate: Option<bool>) -> Result<Vec<Vec<i64>>> {
         match model {
             ServedModel::Embedder(e) => e.tokenize_many(texts, truncate.unwrap_or(e.truncates())),
-            ServedModel::Tensor(_) => Err(Error::BadRequest("not an embedding model".into())),
+            _ => Err(Error::BadRequest("not an embedding model".into())),
         }
     }
     let bytes: usize = texts.iter().map(String::len).sum();

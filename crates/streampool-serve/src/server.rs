@@ -17,7 +17,8 @@ use crate::state::AppState;
 use crate::{auth, kserve, metrics, openai, tei, Error, Result, ServeConfig};
 
 /// Every route of the server on `state`: KServe v2 under `/v2`, OpenAI's `/v1/embeddings`
-/// and `/v1/models`, text-embeddings-inference's `/embed`, `/info` and `/health`, and
+/// and `/v1/models`, text-embeddings-inference's `/embed`, `/rerank`, `/predict`, `/info`
+/// and `/health`, and
 /// `/metrics` ([`routes`]), behind the layers of [`harden`].
 pub fn router(state: Arc<AppState>) -> Router {
     harden(routes(&state), state)
@@ -49,8 +50,10 @@ pub fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/v1/models", get(openai::models))
         .route("/v1/models/{id}", get(openai::model))
         .route("/embed", post(tei::embed))
+        .route("/rerank", post(tei::rerank))
+        .route("/predict", post(tei::predict))
         // TEI answers its model's main task on `/` too; `huggingface_hub` posts there.
-        .route("/", post(tei::embed))
+        .route("/", post(tei::root))
         .route("/info", get(tei::info))
         .route("/health", get(tei::health))
         .route("/metrics", get(metrics::scrape))

@@ -1,7 +1,8 @@
-//! Hugging Face text-embeddings-inference (TEI) compatibility: `POST /embed`, `GET /info`
-//! and `GET /health`, with TEI's request and response shapes and status codes, so a TEI
-//! client switches by changing only the base URL. They serve the first embedder (TEI serves
-//! one model per server).
+//! Hugging Face text-embeddings-inference (TEI) compatibility: `POST /embed`, `POST /rerank`,
+//! `POST /predict`, `GET /info` and `GET /health`, with TEI's request and response shapes and
+//! status codes, so a TEI client switches by changing only the base URL. `/embed` serves the
+//! first embedder, `/rerank` and `/predict` the first classifier (TEI serves one model per
+//! server).
 //!
 //! Errors are TEI's `{"error": "...", "error_type": "..."}` with TEI's statuses:
 //!
@@ -10,7 +11,8 @@
 //! | more inputs than `max_inputs`, body over the limit, input too long without truncation | 413 | `validation` |
 //! | malformed JSON, wrong field types, unsupported options | 422 | `validation` |
 //! | tokenizer failure | 422 | `tokenizer` |
-//! | empty `inputs` | 400 | `empty` |
+//! | empty `inputs` or `texts` | 400 | `empty` |
+//! | `/rerank` on a classifier of more than one label | 422 | `validation` |
 //! | queue full | 429 | `overloaded` |
 //! | shutting down | 503 | `unhealthy` |
 //! | model failure, no embedder served | 424 | `backend` |
@@ -165,11 +167,6 @@ pub async fn embed(
             )));
         }
     }
-    if let Some(p) = &req.prompt_name {
-        return Err(TeiError::validation(format!(
-            "prompt_name {p:?}: this server has no prompts configured"
-        )));
-    }
     let name = state.registry.first_embedder().ok_or_else(|| {
         TeiError::new(
             StatusCode::FAILED_DEPENDENCY,
@@ -213,19 +210,15 @@ pub async fn embed(
             ),
         )
     };
-    // Too long without truncation is TEI's 413 validation error (the `From` above); other
-    // refusals of an input are the tokenizer's (422).
-    let refused = |e: Error| match e {
-        Error::BadRequest(msg) => {
-            TeiError::new(StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Tokenizer, msg)
-        }
-        other => other.into(),
-    };
+    let prompt = e
+        .prompt(req.prompt_name.as_deref(), None)
+        .map_err(|e| TeiError::validation(e.to_string()))?;
     let ids = match input {
         crate::openai::Input::Texts(texts) => {
             if texts.len() > state.config.max_inputs {
                 return Err(too_many(texts.len()));
             }
+            let texts = crate::openai::with_prompt(texts, prompt.as_deref());
             crate::openai::tokenize_all(&model, texts, Some(truncate))
                 .await
                 .map_err(refused)?
@@ -233,6 +226,11 @@ pub async fn embed(
         crate::openai::Input::Tokens(rows) => {
             if rows.len() > state.config.max_inputs {
                 return Err(too_many(rows.len()));
+            }
+            if req.prompt_name.is_some() {
+                return Err(TeiError::validation(
+                    "prompt_name applies to texts, not token ids",
+                ));
             }
             rows.into_iter()
                 .map(|r| e.check_ids_with(r, truncate))
@@ -250,8 +248,330 @@ pub async fn embed(
     Ok(resp)
 }
 
-/// `GET /info`: TEI's model and router facts for the first embedder.
+/// The first classifier, or TEI's 424 when none is served.
+fn classifier(state: &AppState) -> std::result::Result<Arc<ServedModel>, TeiError> {
+    let name = state.registry.first_classifier().ok_or_else(|| {
+        TeiError::new(
+            StatusCode::FAILED_DEPENDENCY,
+            ErrorType::Backend,
+            "no reranker or classifier model is served",
+        )
+    })?;
+    Ok(state.registry.get(name)?)
+}
+
+/// Tokenizes `(text, pair)` items on the tokenization pool (off the async workers), in
+/// order; the first refusal fails the request.
+async fn tokenize_items(
+    model: &Arc<ServedModel>,
+    items: Vec<Item>,
+    truncate: bool,
+) -> std::result::Result<Vec<(Vec<i64>, Vec<i64>)>, Error> {
+    let model = model.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    streampool_nn::TokenizePool::global().spawn(move || {
+        let ServedModel::Classifier(c) = &*model else {
+            let _ = tx.send(Err(Error::Internal("not a classifier".into())));
+            return;
+        };
+        let out = items
+            .iter()
+            .map(|(a, b)| c.tokenize(a, b.as_deref(), truncate))
+            .collect();
+        // The receiver is gone only if the request was dropped: nothing to answer.
+        let _ = tx.send(out);
+    });
+    rx.await
+        .map_err(|_| Error::Internal("tokenizer task failed".into()))?
+}
+
+/// Too long without truncation is TEI's 413 validation error; other refusals of an input
+/// are the tokenizer's (422).
+fn refused(e: Error) -> TeiError {
+    match e {
+        Error::BadRequest(msg) => {
+            TeiError::new(StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Tokenizer, msg)
+        }
+        other => other.into(),
+    }
+}
+
+/// TEI's `RerankRequest`.
+#[derive(Deserialize)]
+struct RerankRequest {
+    query: String,
+    texts: Vec<String>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Option<String>,
+    #[serde(default)]
+    raw_scores: bool,
+    #[serde(default)]
+    return_text: bool,
+}
+
+/// One answer of `/rerank`.
+#[derive(Serialize)]
+struct Rank {
+    index: usize,
+    score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+}
+
+/// `POST /rerank`: scores each of `texts` against `query` with the served cross-encoder
+/// (one label): the sigmoid of its logit, or the logit itself with `raw_scores`. The answer
+/// lists `{index, score}` (and `text` with `return_text`), best first. The (query, text)
+/// pairs go through the model's batch queue like any other inputs.
+pub async fn rerank(
+    State(state): State<Arc<AppState>>,
+    body: std::result::Result<Body, Error>,
+) -> std::result::Result<Response, TeiError> {
+    phase(Phase::Read);
+    let Body(body) = body?;
+    let req: RerankRequest = serde_json::from_slice(&body)
+        .map_err(|e| TeiError::validation(format!("malformed rerank request: {e}")))?;
+    check_direction(req.truncation_direction.as_deref())?;
+    let model = classifier(&state)?;
+    let ServedModel::Classifier(c) = &*model else {
+        return Err(Error::Internal("first classifier is not a classifier".into()).into());
+    };
+    if c.labels().len() != 1 {
+        return Err(TeiError::validation(format!(
+            "model is a classifier of {} labels, not a reranker: use /predict",
+            c.labels().len()
+        )));
+    }
+    if req.texts.is_empty() {
+        return Err(TeiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorType::Empty,
+            "`texts` cannot be empty",
+        ));
+    }
+    if req.texts.len() > state.config.max_inputs {
+        return Err(TeiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorType::Validation,
+            format!(
+                "batch size {} > maximum allowed batch size {}",
+                req.texts.len(),
+                state.config.max_inputs
+            ),
+        ));
+    }
+    phase(Phase::Parse);
+    let truncate = req.truncate.unwrap_or(c.truncates());
+    let items = req
+        .texts
+        .iter()
+        .map(|t| (req.query.clone(), Some(t.clone())))
+        .collect();
+    let tokens = tokenize_items(&model, items, truncate)
+        .await
+        .map_err(refused)?;
+    phase(Phase::Tokenize);
+    let deadline = Instant::now() + state.config.request_timeout;
+    let logits = c.logits(tokens, deadline).await?;
+    phase(Phase::Queue);
+    let mut ranks: Vec<Rank> = logits
+        .iter()
+        .enumerate()
+        .map(|(index, l)| Rank {
+            index,
+            score: if req.raw_scores {
+                l[0]
+            } else {
+                streampool_nn::tasks::sigmoid(l[0])
+            },
+            text: req.return_text.then(|| req.texts[index].clone()),
+        })
+        .collect();
+    ranks.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let resp = Json(ranks).into_response();
+    phase(Phase::Encode);
+    Ok(resp)
+}
+
+fn check_direction(dir: Option<&str>) -> std::result::Result<(), TeiError> {
+    match dir {
+        Some(d) if !d.eq_ignore_ascii_case("right") => Err(TeiError::validation(format!(
+            "truncation_direction {d:?} is not supported: only \"right\""
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// TEI's `PredictRequest`.
+#[derive(Deserialize)]
+struct PredictRequest {
+    inputs: Value,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Option<String>,
+    #[serde(default)]
+    raw_scores: bool,
+}
+
+/// One label's score in a `/predict` answer.
+#[derive(Serialize)]
+struct Prediction<'a> {
+    score: f32,
+    label: &'a str,
+}
+
+/// A text, or a `(text, text_pair)` pair.
+type Item = (String, Option<String>);
+
+/// `/predict`'s `inputs` as TEI reads them: a string or a `[text, text_pair]` is one input
+/// (answered with one list); a list of strings and pairs is a batch (a list of lists).
+fn predict_inputs(v: Value) -> std::result::Result<(Vec<Item>, bool), TeiError> {
+    fn one(v: &Value) -> Option<(String, Option<String>)> {
+        match v {
+            Value::String(s) => Some((s.clone(), None)),
+            Value::Array(p) => match &p[..] {
+                [Value::String(a), Value::String(b)] => Some((a.clone(), Some(b.clone()))),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    let bad = || {
+        TeiError::validation(
+            "inputs must be a string, a [text, text_pair] pair, or a list of strings and pairs",
+        )
+    };
+    match &v {
+        Value::String(_) => Ok((vec![one(&v).ok_or_else(bad)?], true)),
+        Value::Array(items) if items.is_empty() => Err(TeiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorType::Empty,
+            "Input cannot be empty",
+        )),
+        Value::Array(items) if items.len() == 2 && items.iter().all(Value::is_string) => {
+            Ok((vec![one(&v).ok_or_else(bad)?], true))
+        }
+        Value::Array(items) => Ok((
+            items
+                .iter()
+                .map(|i| one(i).ok_or_else(bad))
+                .collect::<Result<_, _>>()?,
+            false,
+        )),
+        _ => Err(bad()),
+    }
+}
+
+/// `POST /predict`: the served classifier's scores for each label, best first: softmax over
+/// the labels (the sigmoid for a one-label model), or the logits with `raw_scores`. One
+/// input (a string or a pair) is answered with one list of `{score, label}`; a batch with a
+/// list of such lists, in order.
+pub async fn predict(
+    State(state): State<Arc<AppState>>,
+    body: std::result::Result<Body, Error>,
+) -> std::result::Result<Response, TeiError> {
+    phase(Phase::Read);
+    let Body(body) = body?;
+    let req: PredictRequest = serde_json::from_slice(&body)
+        .map_err(|e| TeiError::validation(format!("malformed predict request: {e}")))?;
+    check_direction(req.truncation_direction.as_deref())?;
+    let model = classifier(&state)?;
+    let ServedModel::Classifier(c) = &*model else {
+        return Err(Error::Internal("first classifier is not a classifier".into()).into());
+    };
+    let (items, single) = predict_inputs(req.inputs)?;
+    if items.len() > state.config.max_inputs {
+        return Err(TeiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorType::Validation,
+            format!(
+                "batch size {} > maximum allowed batch size {}",
+                items.len(),
+                state.config.max_inputs
+            ),
+        ));
+    }
+    phase(Phase::Parse);
+    let truncate = req.truncate.unwrap_or(c.truncates());
+    let tokens = tokenize_items(&model, items, truncate)
+        .await
+        .map_err(refused)?;
+    phase(Phase::Tokenize);
+    let deadline = Instant::now() + state.config.request_timeout;
+    let logits = c.logits(tokens, deadline).await?;
+    phase(Phase::Queue);
+    let labels = c.labels();
+    let answers: Vec<Vec<Prediction>> = logits
+        .iter()
+        .map(|l| {
+            let scores = if req.raw_scores {
+                l.clone()
+            } else {
+                streampool_nn::tasks::scores(l)
+            };
+            let mut p: Vec<Prediction> = scores
+                .into_iter()
+                .zip(labels)
+                .map(|(score, label)| Prediction { score, label })
+                .collect();
+            p.sort_by(|a, b| b.score.total_cmp(&a.score));
+            p
+        })
+        .collect();
+    let resp = if single {
+        Json(&answers[0]).into_response()
+    } else {
+        Json(&answers).into_response()
+    };
+    phase(Phase::Encode);
+    Ok(resp)
+}
+
+/// `POST /`: the main task of the served model, as TEI answers its root: `/embed` when an
+/// embedder is served, else `/predict` (`huggingface_hub`'s `InferenceClient` posts here).
+pub async fn root(
+    state: State<Arc<AppState>>,
+    body: std::result::Result<Body, Error>,
+) -> std::result::Result<Response, TeiError> {
+    if state.registry.first_embedder().is_none() && state.registry.first_classifier().is_some() {
+        return predict(state, body).await;
+    }
+    embed(state, body).await
+}
+
+/// `GET /info`: TEI's model and router facts for the first embedder (or, serving none, the
+/// first classifier).
 pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Response, TeiError> {
+    if state.registry.first_embedder().is_none() {
+        if let Some(name) = state.registry.first_classifier() {
+            let model = state.registry.get(name)?;
+            let ServedModel::Classifier(c) = &*model else {
+                return Err(Error::Internal("first classifier is not a classifier".into()).into());
+            };
+            let id2label: serde_json::Map<String, Value> = c
+                .labels()
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i.to_string(), json!(l)))
+                .collect();
+            let kind = if c.labels().len() == 1 {
+                json!({"reranker": {"id2label": id2label}})
+            } else {
+                json!({"classifier": {"id2label": id2label}})
+            };
+            return Ok(Json(info_body(
+                &state,
+                name,
+                kind,
+                c.max_seq_len(),
+                c.truncates(),
+                model.labels().len(),
+            ))
+            .into_response());
+        }
+    }
     let name = state.registry.first_embedder().ok_or_else(|| {
         TeiError::new(
             StatusCode::FAILED_DEPENDENCY,
@@ -263,25 +583,44 @@ pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Res
     let ServedModel::Embedder(e) = &*model else {
         return Err(Error::Internal("first embedder is not an embedder".into()).into());
     };
+    let kind = json!({"embedding": {"pooling": e.pooling_name()}});
+    Ok(Json(info_body(
+        &state,
+        name,
+        kind,
+        e.max_seq_len(),
+        e.truncates(),
+        model.labels().len(),
+    ))
+    .into_response())
+}
+
+/// TEI's `/info` body.
+fn info_body(
+    state: &AppState,
+    name: &str,
+    model_type: Value,
+    max_input: usize,
+    truncates: bool,
+    replicas: usize,
+) -> Value {
     let batch = &state.config.batch;
-    let replicas = model.labels().len();
-    Ok(Json(json!({
+    json!({
         "model_id": name,
         "model_sha": null,
         "model_dtype": "float32",
-        "model_type": {"embedding": {"pooling": "mean"}},
+        "model_type": model_type,
         "max_concurrent_requests": batch.max_queue * replicas,
-        "max_input_length": e.max_seq_len(),
-        "max_batch_tokens": batch.max_batch_size * e.max_seq_len(),
+        "max_input_length": max_input,
+        "max_batch_tokens": batch.max_batch_size * max_input,
         "max_batch_requests": batch.max_batch_size,
         "max_client_batch_size": state.config.max_inputs,
-        "auto_truncate": e.truncates(),
+        "auto_truncate": truncates,
         "tokenization_workers": 1,
         "version": env!("CARGO_PKG_VERSION"),
         "sha": null,
         "docker_label": null,
-    }))
-    .into_response())
+    })
 }
 
 /// `GET /health`: 200 while ready (every replica loaded and accepting, not shutting down),

@@ -90,6 +90,17 @@ pub enum Activation {
     Gelu,
 }
 
+/// Activation of a gated MLP's gate ([`Kernel::GatedAct`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateActivation {
+    /// GELU, erf form (GeGLU: GTE).
+    Gelu,
+    /// GELU, tanh approximation (`gelu_pytorch_tanh`, `gelu_new`).
+    GeluTanh,
+    /// SiLU, `x * sigmoid(x)` (SwiGLU: Qwen, Llama, NomicBERT).
+    Silu,
+}
+
 /// One unit of device work.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
@@ -218,6 +229,47 @@ pub enum Kernel {
         head_dim: usize,
         dtype: DType,
     },
+    /// RMS normalisation over the last axis of `[rows, cols]`:
+    /// `out = x / sqrt(mean(x^2) + eps) * gamma` (T5, Llama, Qwen), statistics in `f32` or
+    /// wider.
+    RmsNorm {
+        x: DevicePtr,
+        gamma: DevicePtr,
+        out: DevicePtr,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+        dtype: DType,
+    },
+    /// Rotary position embeddings, rotate-half (GPT-NeoX) form, on `x: [batch, seq, heads,
+    /// head_dim]`: with `p` the position of row `s` (`s` itself) and `h = head_dim / 2`,
+    /// `out[.., i] = x[i] cos[p, i] - x[i + h] sin[p, i]` and
+    /// `out[.., i + h] = x[i + h] cos[p, i] + x[i] sin[p, i]` for `i < h`, for heads
+    /// `0..rotated`; heads `rotated..heads` are copied unchanged (the values of a fused QKV
+    /// projection). `cos` and `sin` are `F32` `[positions >= seq, h]` tables.
+    Rope {
+        x: DevicePtr,
+        cos: DevicePtr,
+        sin: DevicePtr,
+        out: DevicePtr,
+        batch: usize,
+        seq: usize,
+        heads: usize,
+        head_dim: usize,
+        rotated: usize,
+        dtype: DType,
+    },
+    /// Gated activation over a fused gate/up projection: `x: [rows, 2 * cols]` holds the gate
+    /// then the up values of each row; `out[r, c] = act(x[r, c]) * x[r, cols + c]`,
+    /// `out: [rows, cols]` (GeGLU / SwiGLU MLPs).
+    GatedAct {
+        x: DevicePtr,
+        out: DevicePtr,
+        rows: usize,
+        cols: usize,
+        act: GateActivation,
+        dtype: DType,
+    },
     /// Sentence pooling: `out[b, :] = normalize(sum_s mask[b, s] * x[b, s, :] / max(sum_s
     /// mask[b, s], 1e-9))`, L2 norm floored at 1e-12 (sentence-transformers' mean pooling
     /// and `normalize`). `x: [batch, seq, dim]` of `dtype`, `mask: [batch, seq]` `F32`;
@@ -248,7 +300,10 @@ impl Kernel {
             | Kernel::IndexSelect { dtype, .. }
             | Kernel::Reduce { dtype, .. }
             | Kernel::Attention { dtype, .. }
-            | Kernel::MeanPoolNorm { dtype, .. } => Some(*dtype),
+            | Kernel::MeanPoolNorm { dtype, .. }
+            | Kernel::RmsNorm { dtype, .. }
+            | Kernel::Rope { dtype, .. }
+            | Kernel::GatedAct { dtype, .. } => Some(*dtype),
             Kernel::Copy { .. } | Kernel::Cast { .. } | Kernel::Sleep { .. } => None,
         }
     }

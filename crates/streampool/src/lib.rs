@@ -75,7 +75,7 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use event::Event;
 pub use graph::{GraphCache, GraphStats, DEFAULT_GRAPH_MEMORY};
-pub use kernel::{Activation, MatmulMath};
+pub use kernel::{Activation, GateActivation, MatmulMath};
 pub use kernel_cache::KernelCache;
 pub use stream::Stream;
 pub use stream_pool::StreamGuard;

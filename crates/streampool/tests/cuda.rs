@@ -944,3 +944,97 @@ fn half_ops_match_the_cpu_backend() {
         }
     }
 }
+
+/// The ops of the model families past BERT (RMSNorm, rotary positions, gated activations,
+/// broadcasting) against the CPU backend: f32 within 1e-4, f16/bf16 within their rounding.
+#[test]
+fn model_family_ops_match_cpu() {
+    use streampool::{DType, GateActivation};
+    let Some(g) = gpu() else { return };
+    for cols in [16, 128, 1024, 3000] {
+        check(
+            &format!("rms_norm cols={cols}"),
+            &g,
+            |d| vec![randn(&[7, cols], 70, d), randn(&[cols], 71, d)],
+            |t| t[0].rms_norm(&t[1], 1e-6),
+        );
+    }
+    let tables = |d: &Device| {
+        let (c, s): (Vec<f32>, Vec<f32>) = (0..40)
+            .flat_map(|p| (0..32).map(move |i| ((p * i) as f32 * 0.01).sin_cos()))
+            .map(|(s, c)| (c, s))
+            .unzip();
+        (
+            Tensor::from_vec(c, &[40, 32], d).unwrap(),
+            Tensor::from_vec(s, &[40, 32], d).unwrap(),
+        )
+    };
+    check(
+        "rope",
+        &g,
+        |d| {
+            let (c, s) = tables(d);
+            vec![randn(&[3, 33, 4, 64], 72, d), c, s]
+        },
+        |t| t[0].rope(&t[1], &t[2]),
+    );
+    check(
+        "rope on a head view",
+        &g,
+        |d| {
+            let (c, s) = tables(d);
+            vec![randn(&[2, 33, 12, 64], 73, d), c, s]
+        },
+        |t| t[0].narrow(2, 4, 4)?.rope(&t[1], &t[2]),
+    );
+    check(
+        "rope on the queries and keys of a fused projection",
+        &g,
+        |d| {
+            let (c, s) = tables(d);
+            vec![randn(&[2, 33, 12, 64], 80, d), c, s]
+        },
+        |t| t[0].rope_heads(&t[1], &t[2], 8),
+    );
+    for act in [
+        GateActivation::Gelu,
+        GateActivation::GeluTanh,
+        GateActivation::Silu,
+    ] {
+        check(
+            &format!("gated_act {act:?}"),
+            &g,
+            |d| vec![randn(&[37, 2 * 300], 74, d).scale(3.0).unwrap()],
+            |t| t[0].gated_act(act),
+        );
+    }
+    check(
+        "broadcast_as (grouped-query heads)",
+        &g,
+        |d| vec![randn(&[2, 2, 1, 9, 16], 75, d)],
+        |t| t[0].broadcast_as(&[2, 2, 3, 9, 16])?.contiguous(),
+    );
+    // Half precision: both backends compute in f32 and round on store.
+    let cpu = Device::cpu();
+    for dt in [DType::F16, DType::BF16] {
+        let run = |d: &Device, op: usize| -> Vec<f32> {
+            let h = |t: Tensor| t.to_dtype(dt).unwrap();
+            let (c, s) = tables(d);
+            let y = match op {
+                0 => h(randn(&[7, 1024], 76, d))
+                    .rms_norm(&h(randn(&[1024], 77, d)), 1e-6)
+                    .unwrap(),
+                1 => h(randn(&[3, 33, 4, 64], 78, d)).rope(&c, &s).unwrap(),
+                _ => h(randn(&[37, 600], 79, d))
+                    .gated_act(GateActivation::Silu)
+                    .unwrap(),
+            };
+            y.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
+        };
+        for op in 0..3 {
+            let (got, want) = (run(&g, op), run(&cpu, op));
+            let err = rel_err(&got, &want);
+            assert!(err < 1e-2, "{dt:?} op {op}: relative error {err:e}");
+        }
+    }
+}

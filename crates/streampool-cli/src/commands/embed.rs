@@ -1,4 +1,5 @@
-//! `streampool embed`: sentence embeddings from a BERT-family model folder.
+//! `streampool embed`: sentence embeddings from a model folder of any supported family (the
+//! folder's own pooling and prompts).
 //!
 //! Which model: `--model DIR` if given; `--minilm` for all-MiniLM-L6-v2 installed by
 //! `scripts/fetch-minilm.sh` (or named by `STREAMPOOL_MINILM_DIR`); otherwise the tiny model
@@ -35,6 +36,13 @@ pub struct Args {
     /// and wgpu]
     #[arg(long, value_name = "DTYPE")]
     dtype: Option<ComputeDType>,
+    /// Prepend the model's prompt of this name (config_sentence_transformers.json), e.g.
+    /// "query".
+    #[arg(long, value_name = "NAME", conflicts_with = "prompt")]
+    prompt_name: Option<String>,
+    /// Prepend this text to every input (sentence-transformers' prompt).
+    #[arg(long, value_name = "TEXT")]
+    prompt: Option<String>,
     /// Print every embedding in full, as JSON.
     #[arg(long)]
     json: bool,
@@ -75,7 +83,8 @@ fn embed(args: Args, phases: &Arc<Phases>) -> Result<()> {
         );
     }
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
-    let vectors = timed("embed", || emb.embed(&texts))?;
+    let prompt = emb.resolve_prompt(args.prompt_name.as_deref(), args.prompt.as_deref())?;
+    let vectors = timed("embed", || emb.embed_with_prompt(&texts, prompt))?;
     eprintln!("startup: done after {}", phases.summary());
     if args.json {
         let embeddings: Vec<_> = texts
@@ -92,11 +101,22 @@ fn embed(args: Args, phases: &Arc<Phases>) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
+    let pooling = emb.pooling();
     println!(
-        "model {} on {}: {} dims, mean pooling, L2-normalised",
+        "model {} ({:?}) on {}: {} dims, {:?} pooling{}{}",
         dir.display(),
+        emb.model().family(),
         dev.name(),
-        emb.dim()
+        emb.dim(),
+        pooling.mode,
+        if pooling.normalize {
+            ", L2-normalised"
+        } else {
+            ""
+        },
+        prompt
+            .map(|p| format!(", prompt {p:?}"))
+            .unwrap_or_default()
     );
     for (i, (t, v)) in texts.iter().zip(&vectors).enumerate() {
         let shown: Vec<String> = v

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use streampool::phases::{timed, Phases};
-use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType, SentenceEmbedder};
+use streampool_nn::{
+    find_minilm, find_tiny_bert, BertConfig, Classifier, ComputeDType, SentenceEmbedder,
+};
 use streampool_serve::{ApiKey, BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
 
 /// `serve --help`'s closing text: start-up and the kernel cache.
@@ -36,8 +38,12 @@ pub struct Args {
     /// replica per device, requests to the least loaded).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Embedding model folder (config.json, model.safetensors, tokenizer.json); repeat to
-    /// serve several, each under its folder's name [default: the shipped models/tiny-bert].
+    /// Model folder (config.json, model.safetensors, tokenizer.json; any supported family:
+    /// BERT, XLM-RoBERTa/CamemBERT, MPNet, GTE, Qwen3); repeat to serve several, each under
+    /// its folder's name. An embedder's folder also gives its pooling and prompts
+    /// (sentence-transformers' files); a *ForSequenceClassification folder is served as a
+    /// reranker/classifier (TEI's /rerank and /predict) [default: the shipped
+    /// models/tiny-bert].
     #[arg(long, value_name = "DIR")]
     model: Vec<PathBuf>,
     /// Also serve all-MiniLM-L6-v2 (installed by scripts/fetch-minilm.sh) as "all-MiniLM-L6-v2".
@@ -279,6 +285,28 @@ fn load_replicas(
 ) -> Result<Vec<ModelSpec>> {
     let mut models = Vec::new();
     for (name, dir) in dirs {
+        let config = BertConfig::from_file(dir.join("config.json"))
+            .with_context(|| format!("reading the model config in {}", dir.display()))?;
+        if config.is_sequence_classifier() {
+            // A reranker or classifier: TEI's /rerank and /predict, KServe texts to logits.
+            let classifier = Classifier::load_with(dev, dir, dtype).with_context(|| {
+                format!(
+                    "loading the classifier in {} on {} as {dtype}",
+                    dir.display(),
+                    dev.name()
+                )
+            })?;
+            if warm_up {
+                classifier
+                    .predict(&["warm-up"])
+                    .with_context(|| format!("warming up {name} on {}", dev.name()))?;
+            }
+            models.push(ModelSpec::Classifier {
+                name: name.clone(),
+                classifier: Arc::new(classifier),
+            });
+            continue;
+        }
         let embedder = SentenceEmbedder::load_with(dev, dir, dtype).with_context(|| {
             format!(
                 "loading the model in {} on {} as {dtype}",

@@ -2,6 +2,8 @@
 
 use streampool::Tensor;
 
+use streampool::GateActivation;
+
 use crate::{Activation, Error, Result};
 
 /// Applies `act` element-wise.
@@ -31,6 +33,28 @@ pub fn parse(name: &str) -> Result<Activation> {
         "linear" | "identity" => Ok(Activation::Identity),
         other => Err(Error::Config(format!(
             "hidden_act {other:?} is not supported (expected \"gelu\", \"relu\" or \"linear\")"
+        ))),
+    }
+}
+
+/// The gate activation of a gated MLP (GeGLU, SwiGLU) that a config names in `hidden_act`:
+/// `gelu` (erf form), `gelu_pytorch_tanh` / `gelu_new` (tanh form), `silu` / `swish` /
+/// `swiglu`.
+///
+/// ```
+/// use streampool::GateActivation;
+/// use streampool_nn::layers::activation::parse_gate;
+/// assert_eq!(parse_gate("silu").unwrap(), GateActivation::Silu);
+/// assert!(parse_gate("relu").is_err());
+/// ```
+pub fn parse_gate(name: &str) -> Result<GateActivation> {
+    match name {
+        "gelu" => Ok(GateActivation::Gelu),
+        "gelu_pytorch_tanh" | "gelu_new" => Ok(GateActivation::GeluTanh),
+        "silu" | "swish" | "swiglu" => Ok(GateActivation::Silu),
+        other => Err(Error::Config(format!(
+            "gated hidden_act {other:?} is not supported (expected \"gelu\", \"gelu_pytorch_tanh\" \
+             or \"silu\")"
         ))),
     }
 }

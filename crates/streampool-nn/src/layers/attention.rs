@@ -1,9 +1,9 @@
-//! Multi-head self-attention with a padding mask.
+//! Multi-head self-attention with its options: padding or causal mask, rotary positions, a
+//! score bias (relative positions), grouped-query heads, q/k RMSNorm.
 
 use streampool::{Device, DeviceKind, Tensor};
 
-use super::{Linear, LinearParams};
-use crate::weights::HostTensor;
+use super::{Linear, LinearParams, RmsNorm};
 use crate::{ComputeDType, Error, Result};
 
 /// Added to the attention scores of padded keys: the most negative finite `f32` (Hugging
@@ -60,13 +60,79 @@ impl AttentionMask {
         })
     }
 
-    /// The mask from its additive `[batch, 1, 1, seq]` tensor (as made by [`Self::new`]).
+    /// A causal additive mask, `[batch, 1, seq, seq]`: query `i` attends key `j` when
+    /// `j <= i` and `mask[b, j]` is 1 (a decoder used as an embedder, e.g. Qwen3).
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::AttentionMask;
+    /// let m = AttentionMask::causal(&[1, 1, 0], 1, 3, &Device::cpu()).unwrap();
+    /// assert_eq!(m.tensor().dims(), &[1, 1, 3, 3]);
+    /// let v = m.tensor().to_vec::<f32>().unwrap();
+    /// assert_eq!((v[0], v[1], v[3], v[4]), (0.0, f32::MIN, 0.0, 0.0));
+    /// ```
+    pub fn causal(mask: &[i64], batch: usize, seq: usize, device: &Device) -> Result<Self> {
+        if mask.len() != batch * seq {
+            return Err(Error::Input(format!(
+                "attention mask has {} values, expected batch {batch} x seq {seq}",
+                mask.len()
+            )));
+        }
+        if let Some(bad) = mask.iter().find(|&&m| m != 0 && m != 1) {
+            return Err(Error::Input(format!(
+                "attention mask values must be 0 or 1, got {bad}"
+            )));
+        }
+        let mut additive = Vec::with_capacity(batch * seq * seq);
+        for row in mask.chunks_exact(seq.max(1)) {
+            for i in 0..seq {
+                additive.extend(row.iter().enumerate().map(|(j, &m)| {
+                    if j <= i && m == 1 {
+                        0.0
+                    } else {
+                        MASKED
+                    }
+                }));
+            }
+        }
+        Ok(Self {
+            additive: Tensor::from_vec(additive, &[batch, 1, seq, seq], device)?,
+            binary: false,
+            batch,
+            seq,
+        })
+    }
+
+    /// This additive mask in `dtype`, for the unfused attention of half-precision layers
+    /// that the fused kernel does not cover (score bias, rotary positions, grouped-query or
+    /// causal attention). `f32::MIN` becomes f16's most negative finite value, -65504, not
+    /// an infinity: a query whose keys are all masked then attends uniformly instead of
+    /// giving NaN, which would reach real tokens through `0 * NaN` in the next layer.
+    pub fn to_dtype(&self, dtype: streampool::DType) -> Result<Self> {
+        if self.binary || dtype == self.additive.dtype() {
+            return Ok(self.clone());
+        }
+        let floor = Tensor::full(-65504.0, &[1], self.additive.device())?;
+        let t = match dtype {
+            streampool::DType::F16 => self.additive.maximum(&floor)?.to_dtype(dtype)?,
+            _ => self.additive.to_dtype(dtype)?,
+        };
+        Ok(Self {
+            additive: t,
+            ..self.clone()
+        })
+    }
+
+    /// The mask from its additive `[batch, 1, 1, seq]` (padding) or `[batch, 1, seq, seq]`
+    /// (causal) tensor (as made by [`Self::new`] and [`Self::causal`]).
     pub fn from_additive(additive: Tensor) -> Result<Self> {
         let (batch, seq) = match *additive.dims() {
             [batch, 1, 1, seq] => (batch, seq),
+            [batch, 1, q, seq] if q == seq => (batch, seq),
             _ => {
                 return Err(Error::Input(format!(
-                    "additive attention mask of shape {:?}, expected [batch, 1, 1, seq]",
+                    "additive attention mask of shape {:?}, expected [batch, 1, 1, seq] or \
+                     [batch, 1, seq, seq]",
                     additive.dims()
                 )))
             }
@@ -140,42 +206,120 @@ impl AttentionMask {
     }
 }
 
+/// Rotary position tables for a head width: `cos` and `sin`, `F32` `[positions, head_dim
+/// / 2]`, `cos[p, i] = cos(p / base^(2i / head_dim))` (computed in f64, stored f32). Shared by
+/// every layer of a model.
+///
+/// ```
+/// use streampool::Device;
+/// use streampool_nn::Rotary;
+/// let r = Rotary::new(4, 8, 10_000.0, &Device::cpu()).unwrap();
+/// assert_eq!(r.cos().dims(), &[8, 2]);
+/// assert_eq!(r.cos().to_vec::<f32>().unwrap()[..2], [1.0, 1.0]); // position 0
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rotary {
+    /// Tables for `positions` positions of heads `head_dim` wide (even), base `base`.
+    pub fn new(head_dim: usize, positions: usize, base: f64, device: &Device) -> Result<Self> {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) || base.is_nan() || base <= 0.0 {
+            return Err(Error::Input(format!(
+                "rotary tables: head width {head_dim} must be even and positive, base {base} \
+                 positive"
+            )));
+        }
+        let half = head_dim / 2;
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for p in 0..positions {
+            for i in 0..half {
+                let angle = p as f64 / base.powf(2.0 * i as f64 / head_dim as f64);
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Ok(Self {
+            cos: Tensor::from_vec(cos, &[positions, half], device)?,
+            sin: Tensor::from_vec(sin, &[positions, half], device)?,
+        })
+    }
+
+    /// The cosine table, `[positions, head_dim / 2]`.
+    pub fn cos(&self) -> &Tensor {
+        &self.cos
+    }
+
+    /// The sine table, `[positions, head_dim / 2]`.
+    pub fn sin(&self) -> &Tensor {
+        &self.sin
+    }
+
+    /// Positions the tables cover.
+    pub fn positions(&self) -> usize {
+        self.cos.dims()[0]
+    }
+}
+
+/// What a family's attention adds to plain multi-head attention, set at construction.
+#[derive(Debug, Clone, Default)]
+pub struct AttentionOptions {
+    /// Key/value heads (grouped-query attention: each serves `heads / kv_heads` query
+    /// heads); `None`: as many as query heads.
+    pub kv_heads: Option<usize>,
+    /// Head width when not `hidden / heads` (Qwen3).
+    pub head_dim: Option<usize>,
+    /// RMSNorm gammas (`[head_dim]`) applied to each query and key head before the rotary
+    /// positions (Qwen3's `q_norm`, `k_norm`), with their epsilon.
+    pub qk_norm: Option<(crate::HostTensor, crate::HostTensor, f32)>,
+}
+
+/// What varies per call: the mask, rotary tables, a score bias.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttentionInputs<'a> {
+    /// Hides padded (and, causal, later) keys.
+    pub mask: Option<&'a AttentionMask>,
+    /// Rotary positions applied to queries and keys (positions `0..seq`).
+    pub rotary: Option<&'a Rotary>,
+    /// Added to the scores before the softmax, `[1 or batch, heads, seq, seq]` in the
+    /// layer's dtype (MPNet's relative position bias).
+    pub bias: Option<&'a Tensor>,
+}
+
 /// Multi-head self-attention (BERT's `attention.self` plus `attention.output.dense`):
-/// `softmax(q k^T / sqrt(d) + mask) v`, heads merged, then the output projection.
+/// `softmax(q k^T / sqrt(d) + mask) v`, heads merged, then the output projection. With
+/// [`AttentionOptions`] and [`AttentionInputs`] the same layer is every family's attention:
+/// grouped-query heads, q/k RMSNorm, rotary positions, a score bias, a causal mask.
 ///
-/// At construction the query, key and value projections are fused into one `[in, 3 * hidden]`
-/// matrix (one matmul per call instead of three), and `1/sqrt(head_dim)` is folded into the
-/// query weights and bias, so the scores need no separate scaling kernel.
+/// At construction the query, key and value projections are fused into one
+/// `[(heads + 2 kv_heads) * head_dim, in]` matrix (one matmul per call instead of three), and
+/// `1/sqrt(head_dim)` is folded into the query weights and bias (or, with a query norm, into
+/// its gamma), so the scores need no separate scaling kernel.
 ///
-/// After [`Self::with_dtype`] to f16 or bf16 the scores, softmax and weighted sum run as one
-/// fused kernel ([`Tensor::attention`], f32 softmax statistics), which takes a binary
-/// [`AttentionMask`]; in f32 they stay separate kernels with an additive mask.
+/// After [`Self::with_dtype`] to f16 or bf16, attention with no options, no score bias and a
+/// padding mask runs as one fused kernel ([`Tensor::attention`], f32 softmax statistics),
+/// which takes a binary [`AttentionMask`] (rotary positions too: the queries and keys of the
+/// fused projection are rotated first, [`Tensor::rope_heads`]); everything else (a score
+/// bias, grouped-query heads, q/k norms, a causal mask) runs as separate kernels (matmul,
+/// softmax, matmul) with an additive mask, in f32 or half precision.
 #[derive(Debug, Clone)]
 pub struct MultiheadAttention {
     qkv: Linear,
     out: Linear,
     num_heads: usize,
+    kv_heads: usize,
     head_dim: usize,
-    /// Weights and activations in f16/bf16 (only the fused kernel runs them).
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    /// Half precision (fused kernel where the layer is plain).
     half: bool,
-    /// The device is the CPU (where f32 runs fused too, given a binary mask).
+    /// The device is the CPU, where plain f32 attention runs fused too (given a binary
+    /// mask): its kernel splits (sequence, head) pairs over the intra-op pool as two GEMMs
+    /// around a vectorized softmax, where the unfused path spent a tenth of a CPU forward in
+    /// copies and softmax.
     cpu: bool,
-}
-
-/// Whether attention in `dtype` on `device` runs as one fused kernel (and so takes a binary
-/// mask): always in f16/bf16; in f32 on the CPU, whose fused kernel splits (sequence, head)
-/// pairs over its intra-op pool with vectorized loops and stores no score matrix (the unfused
-/// path spent a tenth of a CPU forward in copies and softmax); CUDA and wgpu keep cuBLAS /
-/// matmul for f32 and tf32, whose results the f32 reference tests pin down.
-///
-/// ```
-/// use streampool::Device;
-/// use streampool_nn::{fused_attention, ComputeDType};
-/// assert!(fused_attention(ComputeDType::F32, &Device::cpu()));
-/// assert!(fused_attention(ComputeDType::F16, &Device::cpu()));
-/// ```
-pub fn fused_attention(dtype: ComputeDType, device: &Device) -> bool {
-    dtype.is_half() || device.kind() == DeviceKind::Cpu
 }
 
 impl MultiheadAttention {
@@ -189,80 +333,159 @@ impl MultiheadAttention {
         num_heads: usize,
         device: &Device,
     ) -> Result<Self> {
+        Self::with_options(
+            query,
+            key,
+            value,
+            out,
+            num_heads,
+            &AttentionOptions::default(),
+            device,
+        )
+    }
+
+    /// [`Self::new`] with a family's options: query `[heads * head_dim, in]`, key and value
+    /// `[kv_heads * head_dim, in]`, out `[in, heads * head_dim]`.
+    pub fn with_options(
+        query: &LinearParams,
+        key: &LinearParams,
+        value: &LinearParams,
+        out: &LinearParams,
+        num_heads: usize,
+        options: &AttentionOptions,
+        device: &Device,
+    ) -> Result<Self> {
         let hidden = query.in_features();
-        if num_heads == 0 || !hidden.is_multiple_of(num_heads) {
+        let kv_heads = options.kv_heads.unwrap_or(num_heads);
+        if num_heads == 0 || kv_heads == 0 || !num_heads.is_multiple_of(kv_heads) {
             return Err(Error::Input(format!(
-                "attention: hidden size {hidden} is not a multiple of {num_heads} heads"
+                "attention: {num_heads} query heads are not a multiple of {kv_heads} key/value heads"
             )));
         }
-        for (name, p) in [
-            ("query", query),
-            ("key", key),
-            ("value", value),
-            ("out", out),
+        let head_dim = match options.head_dim {
+            Some(d) => d,
+            None if hidden.is_multiple_of(num_heads) => hidden / num_heads,
+            None => {
+                return Err(Error::Input(format!(
+                    "attention: hidden size {hidden} is not a multiple of {num_heads} heads"
+                )))
+            }
+        };
+        if head_dim == 0 {
+            return Err(Error::Input("attention: head width 0".into()));
+        }
+        let (q_out, kv_out) = (num_heads * head_dim, kv_heads * head_dim);
+        for (name, p, rows, cols) in [
+            ("query", query, q_out, hidden),
+            ("key", key, kv_out, hidden),
+            ("value", value, kv_out, hidden),
+            ("out", out, hidden, q_out),
         ] {
             let p = LinearParams::new(p.weight.clone(), p.bias.clone())?;
-            if p.weight.shape() != [hidden, hidden] {
+            if p.weight.shape() != [rows, cols] {
                 return Err(Error::Input(format!(
-                    "attention {name} weight is {:?}, expected [{hidden}, {hidden}]",
+                    "attention {name} weight is {:?}, expected [{rows}, {cols}]",
                     p.weight.shape()
                 )));
             }
         }
-        let head_dim = hidden / num_heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
-        // Rows of the fused [3 * hidden, hidden] weight: query (scaled), key, value.
-        let mut w = Vec::with_capacity(3 * hidden * hidden);
-        let mut b = Vec::with_capacity(3 * hidden);
-        for (p, s) in [(query, scale), (key, 1.0), (value, 1.0)] {
-            w.extend(p.weight.data().iter().map(|x| x * s));
-            match &p.bias {
-                Some(bias) => b.extend(bias.data().iter().map(|x| x * s)),
-                None => b.extend(vec![0.0; hidden]),
+        let (q_norm, k_norm, q_scale) = match &options.qk_norm {
+            Some((qg, kg, eps)) => {
+                for g in [qg, kg] {
+                    g.expect_shape("attention q/k norm", &[head_dim])?;
+                }
+                // RMSNorm(q) * gamma is linear in gamma, and rotary positions are a rotation:
+                // the scale goes into gamma.
+                let qg = crate::HostTensor::new(
+                    qg.data().iter().map(|v| v * scale).collect(),
+                    &[head_dim],
+                )?;
+                (
+                    Some(RmsNorm::new(&qg, *eps, device)?),
+                    Some(RmsNorm::new(kg, *eps, device)?),
+                    1.0,
+                )
             }
-        }
-        let fused = LinearParams::new(
-            HostTensor::new(w, &[3 * hidden, hidden])?,
-            Some(HostTensor::new(b, &[3 * hidden])?),
+            None => (None, None, scale),
+        };
+        let scaled = LinearParams::new(
+            crate::HostTensor::new(
+                query.weight.data().iter().map(|x| x * q_scale).collect(),
+                query.weight.shape(),
+            )?,
+            query
+                .bias
+                .as_ref()
+                .map(|b| {
+                    crate::HostTensor::new(
+                        b.data().iter().map(|x| x * q_scale).collect(),
+                        b.shape(),
+                    )
+                })
+                .transpose()?,
         )?;
+        let fused = LinearParams::stack(&[&scaled, key, value])?;
         Ok(Self {
             qkv: Linear::new(&fused, device)?,
             out: Linear::new(out, device)?,
             num_heads,
+            kv_heads,
             head_dim,
+            q_norm,
+            k_norm,
             half: false,
             cpu: device.kind() == DeviceKind::Cpu,
         })
     }
 
-    /// This layer with its weights and activations in `dtype`; f16 and bf16 switch to the
-    /// fused attention kernel (and then take a binary mask) on every device.
+    /// This layer with its weights and activations in `dtype`; f16 and bf16 switch plain
+    /// attention to the fused kernel (and then take a binary mask).
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        let norm = |n: &Option<RmsNorm>| n.as_ref().map(|n| n.with_dtype(dtype)).transpose();
         Ok(Self {
             qkv: self.qkv.with_dtype(dtype)?,
             out: self.out.with_dtype(dtype)?,
-            num_heads: self.num_heads,
-            head_dim: self.head_dim,
+            q_norm: norm(&self.q_norm)?,
+            k_norm: norm(&self.k_norm)?,
             half: dtype.is_half(),
-            cpu: self.cpu,
+            ..*self
         })
     }
 
-    /// Whether this layer uses the fused attention kernel (given a binary mask, or none):
-    /// [`fused_attention`] of its dtype and device. An f32 layer on the CPU also takes an
-    /// additive mask, and then runs the unfused path.
+    /// Whether this layer uses the fused attention kernel (and so a binary mask) when called
+    /// without a score bias: half precision or the CPU, and none of the options the kernel
+    /// lacks. An f32 CPU layer also takes an additive mask, and then runs unfused.
     pub fn is_fused(&self) -> bool {
-        self.half || self.cpu
+        (self.half || self.cpu) && self.is_plain()
     }
 
-    /// Number of heads.
+    /// No grouped-query heads and no q/k norm (the fused kernel's case, given no bias at the
+    /// call).
+    fn is_plain(&self) -> bool {
+        self.kv_heads == self.num_heads && self.q_norm.is_none()
+    }
+
+    /// Number of (query) heads.
     pub fn num_heads(&self) -> usize {
         self.num_heads
     }
 
     /// Self-attention over `x: [batch, seq, hidden]`; `mask` hides padded keys.
     pub fn forward(&self, x: &Tensor, mask: Option<&AttentionMask>) -> Result<Tensor> {
-        let hidden = self.num_heads * self.head_dim;
+        self.forward_with(
+            x,
+            &AttentionInputs {
+                mask,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Self-attention over `x: [batch, seq, hidden]` with a mask, rotary positions and a
+    /// score bias as given.
+    pub fn forward_with(&self, x: &Tensor, inputs: &AttentionInputs) -> Result<Tensor> {
+        let hidden = self.qkv.in_features();
         let &[batch, seq, h] = x.dims() else {
             return Err(Error::Input(format!(
                 "attention takes [batch, seq, hidden], got {:?}",
@@ -275,14 +498,16 @@ impl MultiheadAttention {
                 x.dims()
             )));
         }
-        // Half layers run only fused (binary masks); f32 GPU layers only unfused (additive
-        // masks); f32 CPU layers either way, fused unless given an additive mask.
-        let fused = self.is_fused() && mask.is_none_or(|m| m.binary);
-        if let Some(m) = mask {
+        // Half layers take binary masks when fused; f32 CPU layers run fused unless given
+        // an additive mask.
+        let fused = self.is_fused()
+            && inputs.bias.is_none()
+            && (self.half || inputs.mask.is_none_or(|m| m.binary));
+        if let Some(m) = inputs.mask {
             if m.binary != fused {
                 return Err(Error::Input(format!(
                     "attention: {} layer given a {} mask",
-                    if self.half { "f16/bf16" } else { "f32" },
+                    if fused { "fused" } else { "unfused" },
                     if m.binary { "binary" } else { "additive" }
                 )));
             }
@@ -295,31 +520,74 @@ impl MultiheadAttention {
                 )));
             }
         }
-        let (nh, d) = (self.num_heads, self.head_dim);
+        if let Some(r) = inputs.rotary {
+            if r.positions() < seq || r.cos().dims()[1] * 2 != self.head_dim {
+                return Err(Error::Input(format!(
+                    "rotary tables {:?} do not cover {seq} positions of heads {} wide",
+                    r.cos().dims(),
+                    self.head_dim
+                )));
+            }
+        }
+        let (nh, nkv, d) = (self.num_heads, self.kv_heads, self.head_dim);
         if fused {
-            let ctx = self
-                .qkv
-                .forward(x)?
-                .attention(mask.map(|m| &m.additive), nh)?;
+            let mut qkv = self.qkv.forward(x)?;
+            if let Some(r) = inputs.rotary {
+                // Queries and keys rotated in one pass over the fused projection, values
+                // copied: the fused kernel then sees plain attention.
+                qkv = qkv
+                    .reshape(&[batch, seq, 3 * nh, d])?
+                    .rope_heads(r.cos(), r.sin(), 2 * nh)?
+                    .reshape(&[batch, seq, 3 * nh * d])?;
+            }
+            let ctx = qkv.attention(inputs.mask.map(|m| &m.additive), nh)?;
             return self.out.forward(&ctx);
         }
-        let qkv = self.qkv.forward(x)?.reshape(&[batch, seq, 3, nh, d])?;
-        // [batch, seq, 1, heads, d] -> [batch, heads, 1, seq, d]: one copy per projection.
-        let head = |i: usize| -> Result<Tensor> {
-            Ok(qkv
-                .narrow(2, i, 1)?
-                .transpose(1, 3)?
+        let qkv = self
+            .qkv
+            .forward(x)?
+            .reshape(&[batch, seq, nh + 2 * nkv, d])?;
+        let mut q = qkv.narrow(2, 0, nh)?;
+        let mut k = qkv.narrow(2, nh, nkv)?;
+        let v = qkv.narrow(2, nh + nkv, nkv)?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        if let Some(r) = inputs.rotary {
+            q = q.rope(r.cos(), r.sin())?;
+            k = k.rope(r.cos(), r.sin())?;
+        }
+        // [batch, seq, heads, d] -> [batch, heads, seq, d]: one copy per projection.
+        let heads = |t: &Tensor, n: usize| -> Result<Tensor> {
+            Ok(t.transpose(1, 2)?
                 .contiguous()?
-                .reshape(&[batch, nh, seq, d])?)
+                .reshape(&[batch, n, seq, d])?)
         };
-        let (q, k, v) = (head(0)?, head(1)?, head(2)?);
+        let q = heads(&q, nh)?;
+        let (mut k, mut v) = (heads(&k, nkv)?, heads(&v, nkv)?);
+        if nkv != nh {
+            // Grouped-query: key/value head j serves query heads j * g .. (j + 1) * g.
+            let g = nh / nkv;
+            let repeat = |t: &Tensor| -> Result<Tensor> {
+                Ok(t.reshape(&[batch, nkv, 1, seq, d])?
+                    .broadcast_as(&[batch, nkv, g, seq, d])?
+                    .contiguous()?
+                    .reshape(&[batch, nh, seq, d])?)
+            };
+            k = repeat(&k)?;
+            v = repeat(&v)?;
+        }
         // The query is pre-scaled by 1/sqrt(d); `k.t()` is a view the matmul reads strided.
         let mut scores = q.matmul(&k.t()?)?;
-        if let Some(m) = mask {
+        if let Some(b) = inputs.bias {
+            scores = scores.add(b)?;
+        }
+        if let Some(m) = inputs.mask {
             scores = scores.add(&m.additive)?;
         }
         let ctx = scores.softmax()?.matmul(&v)?;
-        let merged = ctx.transpose(1, 2)?.reshape(&[batch, seq, hidden])?;
+        let merged = ctx.transpose(1, 2)?.reshape(&[batch, seq, nh * d])?;
         self.out.forward(&merged)
     }
 }

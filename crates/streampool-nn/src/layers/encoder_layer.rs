@@ -1,38 +1,62 @@
-//! One post-norm transformer encoder layer, as in BERT.
+//! One transformer layer: attention and MLP blocks with residuals, post-norm (BERT) or
+//! pre-norm (Qwen).
 
 use streampool::{Device, Tensor};
 
-use super::{AttentionMask, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention};
+use super::{
+    AttentionInputs, AttentionMask, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention, Norm,
+};
 use crate::weights::WeightFile;
 use crate::{BertConfig, ComputeDType, Result};
 
-/// `h = LN1(x + attn(x))`, `out = LN2(h + mlp(h))` (post-norm, as BERT), with each residual
-/// add fused into its LayerNorm.
+/// Post-norm (BERT, RoBERTa, MPNet, GTE): `h = N1(x + attn(x))`, `out = N2(h + mlp(h))`, each
+/// residual add fused into its LayerNorm. Pre-norm (Qwen): `h = x + attn(N1(x))`,
+/// `out = h + mlp(N2(h))`.
 #[derive(Debug, Clone)]
 pub struct TransformerEncoderLayer {
     attn: MultiheadAttention,
-    attn_norm: LayerNorm,
+    attn_norm: Norm,
     mlp: Mlp,
-    out_norm: LayerNorm,
+    out_norm: Norm,
+    pre_norm: bool,
 }
 
 impl TransformerEncoderLayer {
-    /// Assembles a layer from its parts.
+    /// Assembles a post-norm LayerNorm layer (BERT's) from its parts.
     pub fn new(
         attn: MultiheadAttention,
         attn_norm: LayerNorm,
         mlp: Mlp,
         out_norm: LayerNorm,
     ) -> Self {
+        Self::with_norms(
+            attn,
+            Norm::Layer(attn_norm),
+            mlp,
+            Norm::Layer(out_norm),
+            false,
+        )
+    }
+
+    /// Assembles a layer with any norms, post-norm or pre-norm.
+    pub fn with_norms(
+        attn: MultiheadAttention,
+        attn_norm: Norm,
+        mlp: Mlp,
+        out_norm: Norm,
+        pre_norm: bool,
+    ) -> Self {
         Self {
             attn,
             attn_norm,
             mlp,
             out_norm,
+            pre_norm,
         }
     }
 
-    /// Loads layer `prefix` (e.g. `encoder.layer.0`) of a Hugging Face BERT checkpoint.
+    /// Loads layer `prefix` (e.g. `encoder.layer.0`) of a Hugging Face BERT (or RoBERTa)
+    /// checkpoint.
     pub fn load_bert(
         file: &WeightFile,
         prefix: &str,
@@ -69,7 +93,6 @@ impl TransformerEncoderLayer {
         Ok(Self::new(attn, attn_norm, mlp, out_norm))
     }
 
-    /// Runs the layer on `x: [batch, seq, hidden]`.
     /// This layer with its weights and activations in `dtype`.
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         Ok(Self {
@@ -77,11 +100,38 @@ impl TransformerEncoderLayer {
             attn_norm: self.attn_norm.with_dtype(dtype)?,
             mlp: self.mlp.with_dtype(dtype)?,
             out_norm: self.out_norm.with_dtype(dtype)?,
+            pre_norm: self.pre_norm,
         })
     }
 
+    /// The layer's attention.
+    pub fn attention(&self) -> &MultiheadAttention {
+        &self.attn
+    }
+
+    /// Runs the layer on `x: [batch, seq, hidden]`.
     pub fn forward(&self, x: &Tensor, mask: Option<&AttentionMask>) -> Result<Tensor> {
-        let a = self.attn.forward(x, mask)?;
+        self.forward_with(
+            x,
+            &AttentionInputs {
+                mask,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Runs the layer on `x: [batch, seq, hidden]` with the attention's mask, rotary tables
+    /// and score bias.
+    pub fn forward_with(&self, x: &Tensor, inputs: &AttentionInputs) -> Result<Tensor> {
+        if self.pre_norm {
+            let a = self
+                .attn
+                .forward_with(&self.attn_norm.forward(x)?, inputs)?;
+            let h = a.add(x)?;
+            let m = self.mlp.forward(&self.out_norm.forward(&h)?)?;
+            return Ok(m.add(&h)?);
+        }
+        let a = self.attn.forward_with(x, inputs)?;
         let h = self.attn_norm.forward_residual(&a, x)?;
         let m = self.mlp.forward(&h)?;
         self.out_norm.forward_residual(&m, &h)

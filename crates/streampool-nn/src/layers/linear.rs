@@ -38,6 +38,82 @@ impl LinearParams {
         })
     }
 
+    /// Reads `{prefix}.weight` and, when the file has it, `{prefix}.bias` (families whose
+    /// configs drop biases, such as Qwen's projections and GTE's gated MLP).
+    pub fn load_optional_bias(
+        file: &WeightFile,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<Self> {
+        let weight = file.get(&format!("{prefix}.weight"), &[out, inp])?;
+        let name = format!("{prefix}.bias");
+        let bias = if file.contains(&name) {
+            Some(file.get(&name, &[out])?)
+        } else {
+            None
+        };
+        Ok(Self { weight, bias })
+    }
+
+    /// The layers' outputs stacked into one layer (`[sum out, in]`): fused projections such
+    /// as query/key/value or gate/up, one matmul instead of several. A missing bias is zeros
+    /// when another part has one.
+    ///
+    /// ```
+    /// use streampool_nn::{HostTensor, LinearParams};
+    /// let a = LinearParams::new(HostTensor::new(vec![1.0, 2.0], &[1, 2]).unwrap(), None).unwrap();
+    /// let b = LinearParams::new(HostTensor::new(vec![3.0, 4.0], &[1, 2]).unwrap(),
+    ///                           Some(HostTensor::new(vec![5.0], &[1]).unwrap())).unwrap();
+    /// let ab = LinearParams::stack(&[&a, &b]).unwrap();
+    /// assert_eq!(ab.weight.shape(), &[2, 2]);
+    /// assert_eq!(ab.bias.unwrap().data(), &[0.0, 5.0]);
+    /// ```
+    pub fn stack(parts: &[&LinearParams]) -> Result<Self> {
+        let inp = parts.first().map_or(0, |p| p.in_features());
+        if parts.iter().any(|p| p.in_features() != inp) {
+            return Err(Error::Input(
+                "stacked linear layers differ in input features".into(),
+            ));
+        }
+        let out: usize = parts.iter().map(|p| p.out_features()).sum();
+        let mut w = Vec::with_capacity(out * inp);
+        let mut b = Vec::with_capacity(out);
+        for p in parts {
+            w.extend_from_slice(p.weight.data());
+            match &p.bias {
+                Some(bias) => b.extend_from_slice(bias.data()),
+                None => b.extend(std::iter::repeat_n(0.0, p.out_features())),
+            }
+        }
+        let bias = if parts.iter().any(|p| p.bias.is_some()) {
+            Some(HostTensor::new(b, &[out])?)
+        } else {
+            None
+        };
+        Self::new(HostTensor::new(w, &[out, inp])?, bias)
+    }
+
+    /// Rows `start..start + len` of the layer (its outputs `start..start + len`): splits a
+    /// fused checkpoint tensor such as GTE's `qkv_proj`.
+    pub fn rows(&self, start: usize, len: usize) -> Result<Self> {
+        let inp = self.in_features();
+        if start + len > self.out_features() {
+            return Err(Error::Input(format!(
+                "rows {start}..{} of a layer with {} outputs",
+                start + len,
+                self.out_features()
+            )));
+        }
+        let w = self.weight.data()[start * inp..(start + len) * inp].to_vec();
+        let bias = self
+            .bias
+            .as_ref()
+            .map(|b| HostTensor::new(b.data()[start..start + len].to_vec(), &[len]))
+            .transpose()?;
+        Self::new(HostTensor::new(w, &[len, inp])?, bias)
+    }
+
     /// Output features.
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]

@@ -1,6 +1,6 @@
 //! Two-layer perceptron.
 
-use streampool::Tensor;
+use streampool::{GateActivation, Tensor};
 
 use super::Linear;
 use crate::{Activation, ComputeDType, Error, Result};
@@ -20,10 +20,15 @@ use crate::{Activation, ComputeDType, Error, Result};
 /// let x = Tensor::from_vec(vec![3.0f32], &[1, 1], &dev).unwrap();
 /// assert_eq!(mlp.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![3.0]);
 /// ```
+///
+/// [`Mlp::gated`] builds the gated form (GeGLU, SwiGLU): `fc2(act(gate(x)) * up(x))`, with
+/// the gate and up projections fused into `fc1`.
 #[derive(Debug, Clone)]
 pub struct Mlp {
     fc1: Linear,
     act: Activation,
+    /// Gated: `fc1` gives `[gate, up]` and this activates the gate.
+    gate: Option<GateActivation>,
     fc2: Linear,
 }
 
@@ -37,21 +42,63 @@ impl Mlp {
                 fc2.in_features()
             )));
         }
-        Ok(Self { fc1, act, fc2 })
+        Ok(Self {
+            fc1,
+            act,
+            gate: None,
+            fc2,
+        })
     }
 
-    /// Applies the block to `[..., in]`.
+    /// The gated form: `fc1` gives `2 * n` features per row, the gate's `n` then the up
+    /// projection's `n` ([`LinearParams::stack`](crate::LinearParams::stack) of the two), and
+    /// `fc2` takes `n`.
+    ///
+    /// ```
+    /// use streampool::{Device, GateActivation, Tensor};
+    /// use streampool_nn::{HostTensor, Linear, LinearParams, Mlp};
+    /// let dev = Device::cpu();
+    /// let lin = |w: Vec<f32>, shape: &[usize]| {
+    ///     Linear::new(&LinearParams::new(HostTensor::new(w, shape).unwrap(), None).unwrap(), &dev)
+    /// };
+    /// // gate = 10 x (silu(10) ~ 10), up = x, down = identity: about 10 x^2 at x = 1.
+    /// let mlp = Mlp::gated(lin(vec![10.0, 1.0], &[2, 1]).unwrap(), GateActivation::Silu,
+    ///                      lin(vec![1.0], &[1, 1]).unwrap()).unwrap();
+    /// let x = Tensor::from_vec(vec![1.0f32], &[1, 1], &dev).unwrap();
+    /// assert!((mlp.forward(&x).unwrap().to_vec::<f32>().unwrap()[0] - 9.9995).abs() < 1e-3);
+    /// ```
+    pub fn gated(fc1: Linear, act: GateActivation, fc2: Linear) -> Result<Self> {
+        if fc1.out_features() != 2 * fc2.in_features() {
+            return Err(Error::Input(format!(
+                "gated mlp: fc1 gives {} features, not gate + up of the {} fc2 takes",
+                fc1.out_features(),
+                fc2.in_features()
+            )));
+        }
+        Ok(Self {
+            fc1,
+            act: Activation::Identity,
+            gate: Some(act),
+            fc2,
+        })
+    }
+
     /// This MLP with both layers in `dtype`.
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         Ok(Self {
             fc1: self.fc1.with_dtype(dtype)?,
             act: self.act,
+            gate: self.gate,
             fc2: self.fc2.with_dtype(dtype)?,
         })
     }
 
+    /// Applies the block to `[..., in]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.fc1.forward_act(x, self.act)?;
+        let h = match self.gate {
+            Some(gate) => self.fc1.forward(x)?.gated_act(gate)?,
+            None => self.fc1.forward_act(x, self.act)?,
+        };
         self.fc2.forward(&h)
     }
 }

@@ -8,10 +8,12 @@ mod encoder_layer;
 mod layer_norm;
 mod linear;
 mod mlp;
+mod norm;
 
-pub use attention::{fused_attention, AttentionMask, MultiheadAttention};
+pub use attention::{AttentionInputs, AttentionMask, AttentionOptions, MultiheadAttention, Rotary};
 pub use embedding::Embedding;
 pub use encoder_layer::TransformerEncoderLayer;
 pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearParams};
 pub use mlp::Mlp;
+pub use norm::{Norm, RmsNorm};

@@ -262,6 +262,38 @@ impl BertTokenizer {
         BertInput::new(ids, mask, Some(types), texts.len())
     }
 
+    /// Tokenizes `(first, second)` text pairs into one padded batch, as a cross-encoder reads
+    /// them (`[CLS] a [SEP] b [SEP]` for BERT, `<s> a </s></s> b </s>` for RoBERTa; token type
+    /// ids where the tokenizer sets them), truncated to [`Self::max_len`] longest-first.
+    ///
+    /// ```
+    /// use streampool_nn::{tiny_bert_dir, BertTokenizer};
+    /// let tok = BertTokenizer::from_file(tiny_bert_dir().join("tokenizer.json"), 128).unwrap();
+    /// let b = tok.encode_pairs(&[("hello", "world")]).unwrap();
+    /// assert_eq!(b.input_ids(), &[101, 7592, 102, 2088, 102]);
+    /// assert_eq!(b.token_type_ids(), &[0, 0, 0, 1, 1]);
+    /// ```
+    pub fn encode_pairs(&self, pairs: &[(&str, &str)]) -> Result<BertInput> {
+        if pairs.is_empty() {
+            return Err(Error::Input("no text pairs to tokenize".into()));
+        }
+        let inputs: Vec<tokenizers::EncodeInput> =
+            pairs.iter().map(|&(a, b)| (a, b).into()).collect();
+        let encodings = TokenizePool::global().install(|| {
+            self.inner
+                .encode_batch(inputs, true)
+                .map_err(|e| Error::Tokenizer(e.to_string()))
+        })?;
+        let widen = |v: &[u32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<_>>();
+        let (mut ids, mut mask, mut types) = (Vec::new(), Vec::new(), Vec::new());
+        for e in &encodings {
+            ids.extend(widen(e.get_ids()));
+            mask.extend(widen(e.get_attention_mask()));
+            types.extend(widen(e.get_type_ids()));
+        }
+        BertInput::new(ids, mask, Some(types), pairs.len())
+    }
+
     /// The ids of one text, special tokens included, truncated to [`Self::max_len`]; not
     /// padded. The ids a batch holds for this text, without the padding.
     ///

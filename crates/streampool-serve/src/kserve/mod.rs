@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::body::Body;
-use crate::models::{EmbedderEndpoint, ServedModel, TensorEndpoint};
+use crate::models::{ClassifierEndpoint, EmbedderEndpoint, ServedModel, TensorEndpoint};
 use crate::state::AppState;
 use crate::{Error, Result};
 use tensors::{Data, InferRequest, Input, Output, HEADER_LENGTH};
@@ -78,6 +78,10 @@ pub async fn model_metadata(
             ]),
             json!([{"name": "embedding", "datatype": "FP32", "shape": [-1, e.dim()]}]),
         ),
+        ServedModel::Classifier(c) => (
+            json!([{"name": "text", "datatype": "BYTES", "shape": [-1]}]),
+            json!([{"name": "logits", "datatype": "FP32", "shape": [-1, c.labels().len()]}]),
+        ),
         ServedModel::Tensor(t) => (
             json!([{"name": "input", "datatype": "FP32", "shape": [-1, t.model().in_features()]}]),
             json!([{"name": "output", "datatype": "FP32", "shape": [-1, t.model().out_features()]}]),
@@ -127,7 +131,21 @@ pub async fn infer(
     let inputs = tensors::decode_inputs(&req, binary, state.config.max_elements)?;
     let deadline = Instant::now() + state.config.request_timeout;
     let outputs = match &*model {
-        ServedModel::Embedder(e) => infer_embedder(&state, e, &model, inputs, deadline).await?,
+        ServedModel::Embedder(e) => {
+            // Request parameters `prompt_name` / `prompt`, as sentence-transformers' encode.
+            let text_param = |key: &str| -> Result<Option<&str>> {
+                match req.parameters.get(key) {
+                    None => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s.as_str())),
+                    Some(other) => Err(Error::BadRequest(format!(
+                        "parameter {key:?} must be a string, got {other}"
+                    ))),
+                }
+            };
+            let prompt = e.prompt(text_param("prompt_name")?, text_param("prompt")?)?;
+            infer_embedder(&state, e, &model, inputs, prompt, deadline).await?
+        }
+        ServedModel::Classifier(c) => infer_classifier(&state, c, inputs, deadline).await?,
         ServedModel::Tensor(t) => infer_tensor(&state, t, inputs, deadline).await?,
     };
     let outputs = select_outputs(&req, outputs)?;
@@ -221,6 +239,7 @@ async fn infer_embedder(
     e: &EmbedderEndpoint,
     model: &Arc<ServedModel>,
     mut inputs: Vec<Input>,
+    prompt: Option<String>,
     deadline: Instant,
 ) -> Result<Vec<Output>> {
     const EXPECTED: &str =
@@ -250,6 +269,7 @@ async fn infer_embedder(
                     .map_err(|_| Error::BadRequest("input \"text\": not valid UTF-8".into()))
             })
             .collect::<Result<Vec<_>>>()?;
+        let texts = crate::openai::with_prompt(texts, prompt.as_deref());
         crate::openai::tokenize_all(model, texts, None).await?
     } else if let Some(input_ids) = take_input(&mut inputs, "input_ids") {
         let mask = take_input(&mut inputs, "attention_mask");
@@ -264,6 +284,50 @@ async fn infer_embedder(
         name: "embedding".into(),
         shape: vec![rows, e.dim()],
         values: vectors.concat(),
+    }])
+}
+
+/// A classifier's `text` (BYTES [N]) to `logits` (FP32 [N, labels]).
+async fn infer_classifier(
+    state: &AppState,
+    c: &ClassifierEndpoint,
+    mut inputs: Vec<Input>,
+    deadline: Instant,
+) -> Result<Vec<Output>> {
+    const EXPECTED: &str = "\"text\" (BYTES [N])";
+    let Some(text) = take_input(&mut inputs, "text") else {
+        return Err(Error::BadRequest(format!("this model takes {EXPECTED}")));
+    };
+    no_extra_inputs(&inputs, EXPECTED)?;
+    let rows = match text.shape[..] {
+        [n] | [n, 1] => n,
+        _ => {
+            return Err(Error::BadRequest(format!(
+                "input \"text\" must have shape [N] or [N, 1], got {:?}",
+                text.shape
+            )))
+        }
+    };
+    check_rows(state, rows)?;
+    let Data::Bytes(items) = text.data else {
+        return Err(Error::BadRequest(format!(
+            "input \"text\" must be BYTES, got {}",
+            text.data.datatype()
+        )));
+    };
+    let tokenized = items
+        .iter()
+        .map(|b| {
+            let t = std::str::from_utf8(b)
+                .map_err(|_| Error::BadRequest("input \"text\": not valid UTF-8".into()))?;
+            c.tokenize(t, None, c.truncates())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let logits = c.logits(tokenized, deadline).await?;
+    Ok(vec![Output {
+        name: "logits".into(),
+        shape: vec![rows, c.labels().len()],
+        values: logits.concat(),
     }])
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use streampool::Device;
 use streampool_batch::{BatchConfig, BatchContext, BatchModel, ModelError, Replicas};
-use streampool_nn::pooling::{l2_normalize, mean_pool};
+use streampool_nn::pooling::{l2_normalize, PoolingMode};
 use streampool_nn::{BertInput, BertTokenizer, SentenceEmbedder, TokenizePool};
 
 use crate::{Error, Result, ServeConfig};
@@ -21,8 +21,8 @@ struct EmbedRequest {
     normalize: bool,
 }
 
-/// The batch side of one embedder replica: one output per request, its mean-pooled
-/// embedding (unit length when asked).
+/// The batch side of one embedder replica: one output per request, its pooled embedding (the
+/// model's pooling; unit length when asked).
 struct EmbedBatch {
     embedder: Arc<SentenceEmbedder>,
 }
@@ -50,8 +50,9 @@ impl BatchModel for EmbedBatch {
             // The common case, exactly as `SentenceEmbedder::embed_input`: on the device.
             self.embedder.embed_input(&input)?.to_vec::<f32>()?
         } else {
-            let hidden = self.embedder.model().forward(&input)?;
-            mean_pool(&hidden, input.attention_mask())?.to_vec::<f32>()?
+            self.embedder
+                .embed_input_with(&input, false)?
+                .to_vec::<f32>()?
         };
         let mut rows: Vec<Vec<f32>> = flat
             .chunks_exact(self.embedder.dim())
@@ -110,6 +111,8 @@ pub struct EmbedderEndpoint {
     truncate: bool,
     vocab_size: usize,
     dim: usize,
+    /// The first replica's embedder (its prompts and pooling, which replicas share).
+    embedder: Arc<SentenceEmbedder>,
     replicas: Replicas<EmbedBatch>,
 }
 
@@ -128,12 +131,15 @@ impl EmbedderEndpoint {
         let embedder = embedder.clone();
         let same = |e: &SentenceEmbedder| {
             e.dim() == embedder.dim()
+                && e.pooling() == embedder.pooling()
+                && e.prompts() == embedder.prompts()
                 && e.model().config().vocab_size == embedder.model().config().vocab_size
                 && e.tokenizer().max_len() == embedder.tokenizer().max_len()
         };
         if !embedders.iter().all(|(_, e)| same(e)) {
             return Err(Error::Config(
-                "replicas of one embedder differ in width, vocabulary or length".into(),
+                "replicas of one embedder differ in width, vocabulary, length, pooling or prompts"
+                    .into(),
             ));
         }
         let model_max = embedder.tokenizer().max_len();
@@ -154,6 +160,7 @@ impl EmbedderEndpoint {
         };
         let vocab_size = embedder.model().config().vocab_size;
         let dim = embedder.dim();
+        let first = embedder.clone();
         let replicas = Replicas::new(
             embedders
                 .into_iter()
@@ -168,6 +175,7 @@ impl EmbedderEndpoint {
             truncate: config.truncate,
             vocab_size,
             dim,
+            embedder: first,
             replicas,
         })
     }
@@ -190,6 +198,29 @@ impl EmbedderEndpoint {
     /// Whether longer inputs are truncated (else refused).
     pub fn truncates(&self) -> bool {
         self.truncate
+    }
+
+    /// The prompt to prepend to a request's texts: `prompt` itself, else the model's prompt
+    /// named `prompt_name` (a 400 naming the model's prompts if it has none of that name),
+    /// else the model's default prompt, if any.
+    pub fn prompt(
+        &self,
+        prompt_name: Option<&str>,
+        prompt: Option<&str>,
+    ) -> Result<Option<String>> {
+        self.embedder
+            .resolve_prompt(prompt_name, prompt)
+            .map(|p| p.map(str::to_string))
+            .map_err(|e| Error::BadRequest(e.to_string()))
+    }
+
+    /// The pooling, as TEI's `/info` names it: `mean`, `cls` or `last_token`.
+    pub fn pooling_name(&self) -> &'static str {
+        match self.embedder.pooling().mode {
+            PoolingMode::Mean => "mean",
+            PoolingMode::Cls => "cls",
+            PoolingMode::LastToken => "last_token",
+        }
     }
 
     /// Tokenizes one text: its ids (special tokens included), truncated or refused when

@@ -1,5 +1,6 @@
 //! The models a server holds, each with its own batch queue.
 
+mod classifier;
 mod embedder;
 mod tensor;
 
@@ -11,8 +12,9 @@ use std::time::Instant;
 
 use streampool::{Device, DeviceKind};
 use streampool_batch::{BatchModel, ReplicaStats, Replicas, StatsSnapshot};
-use streampool_nn::SentenceEmbedder;
+use streampool_nn::{Classifier, SentenceEmbedder};
 
+pub use classifier::ClassifierEndpoint;
 pub use embedder::EmbedderEndpoint;
 pub use tensor::{ForwardFn, TensorEndpoint, TensorModel};
 
@@ -34,6 +36,15 @@ pub enum ModelSpec {
         /// The model.
         embedder: Arc<SentenceEmbedder>,
     },
+    /// A sequence classifier (a `*ForSequenceClassification` checkpoint: cross-encoder
+    /// reranker or classifier): TEI's `/rerank` (one label) and `/predict`, and KServe
+    /// `BYTES [N]` texts to `FP32 [N, labels]` logits.
+    Classifier {
+        /// The name clients use.
+        name: String,
+        /// The model.
+        classifier: Arc<Classifier>,
+    },
     /// A row-wise tensor model: KServe `FP32 [N, in]` to `FP32 [N, out]`.
     Tensor {
         /// The name clients use.
@@ -47,13 +58,16 @@ impl ModelSpec {
     /// The name clients use.
     pub fn name(&self) -> &str {
         match self {
-            ModelSpec::Embedder { name, .. } | ModelSpec::Tensor { name, .. } => name,
+            ModelSpec::Embedder { name, .. }
+            | ModelSpec::Classifier { name, .. }
+            | ModelSpec::Tensor { name, .. } => name,
         }
     }
 
     fn device(&self) -> &Device {
         match self {
             ModelSpec::Embedder { embedder, .. } => embedder.model().device(),
+            ModelSpec::Classifier { classifier, .. } => classifier.model().device(),
             ModelSpec::Tensor { model, .. } => model.device(),
         }
     }
@@ -86,6 +100,8 @@ fn device_labels(devices: &[&Device]) -> Vec<String> {
 pub enum ServedModel {
     /// See [`ModelSpec::Embedder`].
     Embedder(Box<EmbedderEndpoint>),
+    /// See [`ModelSpec::Classifier`].
+    Classifier(Box<ClassifierEndpoint>),
     /// See [`ModelSpec::Tensor`].
     Tensor(TensorEndpoint),
 }
@@ -101,6 +117,7 @@ impl ServedModel {
     pub fn replica_stats(&self) -> Vec<ReplicaStats> {
         match self {
             ServedModel::Embedder(e) => e.replicas().stats(),
+            ServedModel::Classifier(c) => c.replicas().stats(),
             ServedModel::Tensor(t) => t.replicas().stats(),
         }
     }
@@ -109,6 +126,7 @@ impl ServedModel {
     pub fn labels(&self) -> Vec<String> {
         match self {
             ServedModel::Embedder(e) => e.replicas().labels().map(str::to_string).collect(),
+            ServedModel::Classifier(c) => c.replicas().labels().map(str::to_string).collect(),
             ServedModel::Tensor(t) => t.replicas().labels().map(str::to_string).collect(),
         }
     }
@@ -117,6 +135,7 @@ impl ServedModel {
     pub fn is_accepting(&self) -> bool {
         match self {
             ServedModel::Embedder(e) => e.replicas().is_accepting(),
+            ServedModel::Classifier(c) => c.replicas().is_accepting(),
             ServedModel::Tensor(t) => t.replicas().is_accepting(),
         }
     }
@@ -158,7 +177,7 @@ impl Registry {
                         .zip(group)
                         .map(|(label, spec)| match spec {
                             ModelSpec::Embedder { embedder, .. } => Ok((label, embedder)),
-                            ModelSpec::Tensor { .. } => Err(mismatch()),
+                            _ => Err(mismatch()),
                         })
                         .collect::<Result<Vec<_>>>()?;
                     ServedModel::Embedder(Box::new(EmbedderEndpoint::new(embedders, config)?))
@@ -169,10 +188,21 @@ impl Registry {
                         .zip(group)
                         .map(|(label, spec)| match spec {
                             ModelSpec::Tensor { model, .. } => Ok((label, model)),
-                            ModelSpec::Embedder { .. } => Err(mismatch()),
+                            _ => Err(mismatch()),
                         })
                         .collect::<Result<Vec<_>>>()?;
                     ServedModel::Tensor(TensorEndpoint::new(tensors, config)?)
+                }
+                Some(ModelSpec::Classifier { .. }) => {
+                    let classifiers = labels
+                        .into_iter()
+                        .zip(group)
+                        .map(|(label, spec)| match spec {
+                            ModelSpec::Classifier { classifier, .. } => Ok((label, classifier)),
+                            _ => Err(mismatch()),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    ServedModel::Classifier(Box::new(ClassifierEndpoint::new(classifiers, config)?))
                 }
                 // Groups are created with their first spec.
                 None => continue,
@@ -196,6 +226,13 @@ impl Registry {
     /// Every model, by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &ServedModel)> {
         self.models.iter().map(|(k, v)| (k.as_str(), &**v))
+    }
+
+    /// The first classifier (what TEI's `/rerank` and `/predict` serve).
+    pub fn first_classifier(&self) -> Option<&str> {
+        self.iter()
+            .find(|(_, m)| matches!(m, ServedModel::Classifier(_)))
+            .map(|(n, _)| n)
     }
 
     /// The first embedder (the default of `/v1/embeddings`).

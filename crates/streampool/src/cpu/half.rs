@@ -324,6 +324,65 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             dim,
             dtype: f,
         },
+        K::RmsNorm {
+            x,
+            gamma,
+            out,
+            rows,
+            cols,
+            eps,
+            ..
+        } => K::RmsNorm {
+            x: w.input(x, rows * cols, dt),
+            gamma: w.input(gamma, cols, dt),
+            out: w.output(out, rows * cols, dt),
+            rows,
+            cols,
+            eps,
+            dtype: f,
+        },
+        // The tables are `F32` already.
+        K::Rope {
+            x,
+            cos,
+            sin,
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            rotated,
+            ..
+        } => {
+            let n = batch * seq * heads * head_dim;
+            K::Rope {
+                x: w.input(x, n, dt),
+                cos,
+                sin,
+                out: w.output(out, n, dt),
+                batch,
+                seq,
+                heads,
+                head_dim,
+                rotated,
+                dtype: f,
+            }
+        }
+        K::GatedAct {
+            x,
+            out,
+            rows,
+            cols,
+            act,
+            ..
+        } => K::GatedAct {
+            x: w.input(x, rows * 2 * cols, dt),
+            out: w.output(out, rows * cols, dt),
+            rows,
+            cols,
+            act,
+            dtype: f,
+        },
         K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return false,
     };
     super::kernels::run(&widened);

@@ -147,5 +147,11 @@ fn label(k: &Kernel) -> String {
             batch, seq, dim, ..
         } => format!("mean_pool_norm{d} b{batch} s{seq} d{dim}"),
         Kernel::Sleep { .. } => "sleep".into(),
+        // Kernels without a shape summary of their own: the variant's name.
+        other => {
+            let debug = format!("{other:?}");
+            let name = debug.split([' ', '{']).next().unwrap_or("kernel");
+            format!("{}{d}", name.to_lowercase())
+        }
     }
 }

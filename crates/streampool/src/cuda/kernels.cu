@@ -1001,3 +1001,75 @@ extern "C" __global__ void sp_sleep(u64 nanos) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     } while (now - start < nanos);
 }
+
+// ---- Ops of the model families past BERT (RMSNorm, rotary positions, gated MLPs) ----
+// Plain kernels, one thread per element or one block per row, as the CPU loops in
+// cpu/kernels/{rms_norm,rope,gated}.rs.
+
+// out = x / sqrt(mean(x^2) + eps) * gamma, one block per row; statistics in double.
+template <class D>
+__device__ __forceinline__ void rms_norm_k(const void* xv, const void* gv, void* out, u64 rows, u64 cols, float eps) {
+    __shared__ double shd[32];
+    const typename D::T* x = SP_IN(D, xv);
+    const typename D::T* gamma = SP_IN(D, gv);
+    typename D::T* o = SP_OUT(D, out);
+    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        u64 base = r * cols;
+        double s = 0.0;
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
+            double t = D::ld(x, base + c);
+            s += t * t;
+        }
+        double ms = sp_block_sum(s, shd) / (double)cols;
+        float inv = (float)(1.0 / sqrt(ms + (double)eps));
+        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) D::st(o, base + c, D::ld(x, base + c) * inv * D::ld(gamma, c));
+    }
+}
+SP_EXPORT3(sp_rms_norm, rms_norm_k, (const void* x, const void* gamma, void* out, u64 rows, u64 cols, float eps),
+           (x, gamma, out, rows, cols, eps))
+
+// Rotary positions, rotate-half form, on [batch, seq, heads, head_dim]; one thread per
+// (row, i < head_dim / 2) pair; cos and sin are f32 [positions, head_dim / 2]. Heads from
+// `rotated` on are copied unchanged (the values of a fused QKV projection).
+template <class D>
+__device__ __forceinline__ void rope_k(const void* xv, const float* cs, const float* sn, void* out, u64 batch, u64 seq,
+                                       u64 heads, u64 head_dim, u64 rotated) {
+    const typename D::T* x = SP_IN(D, xv);
+    typename D::T* o = SP_OUT(D, out);
+    const u64 half = head_dim / 2;
+    SP_GRID_LOOP(i, batch * seq * heads * half) {
+        u64 j = i % half, row = i / half, p = (row / heads) % seq, base = row * head_dim;
+        float x1 = D::ld(x, base + j), x2 = D::ld(x, base + j + half);
+        if (row % heads >= rotated) {
+            D::st(o, base + j, x1);
+            D::st(o, base + j + half, x2);
+            continue;
+        }
+        float c = cs[p * half + j], s = sn[p * half + j];
+        D::st(o, base + j, x1 * c - x2 * s);
+        D::st(o, base + j + half, x2 * c + x1 * s);
+    }
+}
+SP_EXPORT3(sp_rope, rope_k,
+           (const void* x, const float* cs, const float* sn, void* out, u64 batch, u64 seq, u64 heads, u64 head_dim,
+            u64 rotated),
+           (x, cs, sn, out, batch, seq, heads, head_dim, rotated))
+
+// act: 0 GELU (erf), 1 GELU (tanh), 2 SiLU (GateActivation's codes in kernels.rs).
+__device__ __forceinline__ float sp_gate_act(int act, float v) {
+    if (act == 0) return sp_gelu(v);
+    if (act == 1) return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    return v / (1.0f + expf(-v));
+}
+
+// out[r, c] = act(x[r, c]) * x[r, cols + c] over x: [rows, 2 * cols].
+template <class D>
+__device__ __forceinline__ void gated_act_k(const void* xv, void* out, u64 rows, u64 cols, int act) {
+    const typename D::T* x = SP_IN(D, xv);
+    typename D::T* o = SP_OUT(D, out);
+    SP_GRID_LOOP(i, rows * cols) {
+        u64 r = i / cols, c = i % cols;
+        D::st(o, i, sp_gate_act(act, D::ld(x, r * 2 * cols + c)) * D::ld(x, r * 2 * cols + cols + c));
+    }
+}
+SP_EXPORT3(sp_gated_act, gated_act_k, (const void* x, void* out, u64 rows, u64 cols, int act), (x, out, rows, cols, act))

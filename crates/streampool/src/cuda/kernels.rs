@@ -13,7 +13,7 @@ use cudarc::driver::{result, CudaFunction, DeviceRepr};
 use super::blas::Blas;
 use super::driver_err;
 use super::module::Module;
-use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, Strided, UnaryOp};
+use crate::kernel::{Activation, BinaryOp, GateActivation, Kernel, ReduceOp, Strided, UnaryOp};
 use crate::phases::timed;
 use crate::sync::Mutex;
 use crate::{DType, Error, Result};
@@ -543,6 +543,76 @@ impl Launcher<'_> {
                     batch.min(MAX_BLOCKS) as u32,
                     row_threads(dim),
                     &mut args![px, pm, po, b, s, d],
+                )
+            }
+            Kernel::RmsNorm {
+                x,
+                gamma,
+                out,
+                rows,
+                cols,
+                eps,
+                dtype,
+            } => {
+                if rows == 0 || cols == 0 {
+                    return Ok(());
+                }
+                let (px, pg, po, r, c) = (x.0, gamma.0, out.0, rows as u64, cols as u64);
+                self.go(
+                    m.rms_norm.get(dtype)?,
+                    rows.min(MAX_BLOCKS) as u32,
+                    row_threads(cols),
+                    &mut args![px, pg, po, r, c, eps],
+                )
+            }
+            Kernel::Rope {
+                x,
+                cos,
+                sin,
+                out,
+                batch,
+                seq,
+                heads,
+                head_dim,
+                rotated,
+                dtype,
+            } => {
+                let n = batch * seq * heads * (head_dim / 2);
+                if n == 0 {
+                    return Ok(());
+                }
+                let (px, pc, ps, po) = (x.0, cos.0, sin.0, out.0);
+                let (b, s, h, d) = (batch as u64, seq as u64, heads as u64, head_dim as u64);
+                let r = rotated as u64;
+                self.go(
+                    m.rope.get(dtype)?,
+                    grid(n),
+                    THREADS,
+                    &mut args![px, pc, ps, po, b, s, h, d, r],
+                )
+            }
+            Kernel::GatedAct {
+                x,
+                out,
+                rows,
+                cols,
+                act,
+                dtype,
+            } => {
+                if rows == 0 || cols == 0 {
+                    return Ok(());
+                }
+                let code: i32 = match act {
+                    GateActivation::Gelu => 0,
+                    GateActivation::GeluTanh => 1,
+                    GateActivation::Silu => 2,
+                };
+                let (px, po, r, c) = (x.0, out.0, rows as u64, cols as u64);
+                self.go(
+                    m.gated_act.get(dtype)?,
+                    grid(rows * cols),
+                    THREADS,
+                    &mut args![px, po, r, c, code],
                 )
             }
         }

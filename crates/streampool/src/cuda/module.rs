@@ -54,6 +54,9 @@ pub(crate) struct Module {
     pub(super) attention_mma: [[CudaFunction; 2]; 4],
     pub(super) tensor_cores: bool,
     pub(super) mean_pool_norm: PerDType,
+    pub(super) rms_norm: PerDType,
+    pub(super) rope: PerDType,
+    pub(super) gated_act: PerDType,
     pub(super) sleep: CudaFunction,
 }
 
@@ -121,6 +124,9 @@ impl Module {
             },
             tensor_cores,
             mean_pool_norm: f3("sp_mean_pool_norm")?,
+            rms_norm: f3("sp_rms_norm")?,
+            rope: f3("sp_rope")?,
+            gated_act: f3("sp_gated_act")?,
             sleep: f("sp_sleep")?,
             _module: module,
         })

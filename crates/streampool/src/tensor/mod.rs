@@ -4,6 +4,7 @@
 //! as soon as the work is queued; reading values back (`to_vec`) waits for it. Inputs
 //! written on other streams are waited for automatically (see [`crate::storage`]).
 
+mod families;
 mod fused;
 mod layout;
 mod ops;

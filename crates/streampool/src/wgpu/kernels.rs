@@ -388,6 +388,9 @@ fn kernel_name(kernel: &Kernel) -> &'static str {
         Kernel::Reduce { .. } => "reduce",
         Kernel::Attention { .. } => "attention",
         Kernel::MeanPoolNorm { .. } => "mean_pool_normalize",
+        Kernel::RmsNorm { .. } => "rms_norm",
+        Kernel::Rope { .. } => "rope",
+        Kernel::GatedAct { .. } => "gated_act",
     }
 }
 
@@ -834,6 +837,13 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             return Err(Error::InvalidArgument(
                 "wgpu: Sleep is handled by the stream, not launched".into(),
             ))
+        }
+        // The newer model families' ops have CPU kernels only so far.
+        Kernel::RmsNorm { .. } | Kernel::Rope { .. } | Kernel::GatedAct { .. } => {
+            return Err(Error::Unavailable(format!(
+                "wgpu: no {} kernel (the CPU backend runs it)",
+                kernel_name(kernel)
+            )))
         }
     }
     Ok(b.finish())

@@ -86,8 +86,10 @@ pub struct Args {
     /// max_batch value].
     #[arg(long, value_delimiter = ',')]
     forward_batches: Option<Vec<usize>>,
-    /// Sentence-encoder folder for the minilm workloads [default: the installed
-    /// all-MiniLM-L6-v2, else the shipped tiny-bert].
+    /// Sentence-encoder folder for the minilm workloads, any supported family (BERT,
+    /// XLM-RoBERTa, MPNet, GTE, Qwen3; sentences are grown to exactly the workload's tokens
+    /// with its tokenizer) [default: the installed all-MiniLM-L6-v2, else the shipped
+    /// tiny-bert].
     #[arg(long, value_name = "DIR")]
     minilm: Option<PathBuf>,
     /// Compute dtype of the minilm workloads: f32, tf32, f16 or bf16 [default: f16 on cuda,

@@ -36,6 +36,50 @@ pub fn sentence(i: usize, seq: usize) -> String {
         .join(" ")
 }
 
+/// Sentence `i` grown from [`WORDS`] to exactly `seq` tokens as `tokens` counts them
+/// (special tokens included): words that would overshoot are skipped.
+fn fitted_sentence(
+    i: usize,
+    seq: usize,
+    tokens: &impl Fn(&str) -> Result<usize>,
+) -> Result<String> {
+    let mut words: Vec<&str> = Vec::new();
+    let mut n = tokens("")?;
+    for k in 0..8 * seq + WORDS.len() {
+        if n == seq {
+            return Ok(words.join(" "));
+        }
+        let w = WORDS[(i * 7 + k * 3 + (i / 16) * k) % WORDS.len()];
+        words.push(w);
+        let m = tokens(&words.join(" "))?;
+        if m <= seq {
+            n = m;
+        } else {
+            words.pop();
+        }
+    }
+    // Then single characters (words of small vocabularies take several tokens each), as
+    // words or glued to the last one, until the count is exact.
+    let mut text = words.join(" ");
+    'fill: while n < seq {
+        for c in "abcdefghijklmnopqrstuvwxyz0123456789.,!?".chars() {
+            for glue in ["", " "] {
+                let candidate = format!("{text}{glue}{c}");
+                let m = tokens(&candidate)?;
+                if m <= seq && m > n {
+                    (text, n) = (candidate, m);
+                    continue 'fill;
+                }
+            }
+        }
+        break;
+    }
+    if n == seq {
+        return Ok(text);
+    }
+    bail!("no synthetic sentence of exactly {seq} tokens with this tokenizer (got {n})")
+}
+
 /// Deterministic values in [-1, 1) (a 64-bit LCG), for weights and inputs.
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut s = seed
@@ -151,10 +195,18 @@ pub struct EncoderChoice {
 /// (with a printed note).
 pub fn choose_encoder(explicit: Option<PathBuf>) -> Result<EncoderChoice> {
     if let Some(dir) = explicit {
-        return Ok(EncoderChoice {
-            dir,
-            label: "all-MiniLM-L6-v2".into(),
-        });
+        // Any family's folder: labelled by its name (figures say which model they ran); a
+        // MiniLM folder keeps the label earlier result files have.
+        let name = dir.file_name().map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let label = if name.to_ascii_lowercase().contains("minilm") {
+            "all-MiniLM-L6-v2".to_string()
+        } else {
+            name
+        };
+        return Ok(EncoderChoice { dir, label });
     }
     match find_minilm() {
         Ok(dir) => Ok(EncoderChoice {
@@ -216,9 +268,17 @@ impl EncoderWorkload {
     /// The workload at `seq` tokens; checks that the sentences tokenize to exactly `seq`.
     /// `pipelined`: whether a BatchQueue tokenizes in its preparing stage.
     pub fn with_seq(embedder: Arc<SentenceEmbedder>, seq: usize, pipelined: bool) -> Result<Self> {
-        let sentences: Vec<String> = (0..INPUT_POOL).map(|i| sentence(i, seq)).collect();
+        let mut sentences: Vec<String> = (0..INPUT_POOL).map(|i| sentence(i, seq)).collect();
+        let tokens = |s: &str| -> Result<usize> { Ok(embedder.tokenize(&[s])?.seq_len()) };
+        if tokens(&sentences[0])? != seq {
+            // Not a one-word-one-token vocabulary (SentencePiece, BPE, a tiny vocabulary):
+            // each sentence grows word by word to exactly `seq` tokens instead.
+            sentences = (0..INPUT_POOL)
+                .map(|i| fitted_sentence(i, seq, &tokens))
+                .collect::<Result<_>>()?;
+        }
         for s in &sentences[..4] {
-            let got = embedder.tokenize(&[s.as_str()])?.seq_len();
+            let got = tokens(s)?;
             if got != seq {
                 bail!("a synthetic sentence tokenized to {got} tokens, expected {seq}");
             }

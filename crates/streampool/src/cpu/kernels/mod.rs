@@ -6,10 +6,13 @@
 
 mod attention;
 mod elementwise;
+mod gated;
 mod matmul;
 mod norm;
 mod pool;
 mod reduce;
+mod rms_norm;
+mod rope;
 pub(crate) mod simd;
 mod strided;
 
@@ -84,6 +87,8 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
         // Zero-width rows have nothing to compute (and `chunks_exact(0)` panics).
         Kernel::Softmax { cols: 0, .. } | Kernel::BiasAct { cols: 0, .. } => {}
         Kernel::IndexSelect { row_len: 0, .. } => {}
+        Kernel::RmsNorm { cols: 0, .. } | Kernel::GatedAct { cols: 0, .. } => {}
+        Kernel::Rope { head_dim: 0, .. } => {}
         Kernel::Softmax {
             x, out, rows, cols, ..
         } => norm::softmax(*x, *out, *rows, *cols),
@@ -144,5 +149,36 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             dim,
             ..
         } => pool::mean_pool_norm(*x, *mask, *out, *batch, *seq, *dim),
+        Kernel::RmsNorm {
+            x,
+            gamma,
+            out,
+            rows,
+            cols,
+            eps,
+            ..
+        } => rms_norm::rms_norm(*x, *gamma, *out, *rows, *cols, *eps),
+        Kernel::Rope {
+            x,
+            cos,
+            sin,
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            rotated,
+            ..
+        } => rope::rope(
+            *x, *cos, *sin, *out, *batch, *seq, *heads, *head_dim, *rotated,
+        ),
+        Kernel::GatedAct {
+            x,
+            out,
+            rows,
+            cols,
+            act,
+            ..
+        } => gated::gated_act(*x, *out, *rows, *cols, *act),
     }
 }
