@@ -108,7 +108,8 @@ pub(super) unsafe fn matmul(
         // block per tile: small against the tile's product); columns once rows run out (a
         // batch-1 forward has 32 rows). bench/results/cpu-2026-11-24-s6 compares the two
         // splits on a 16-core Xeon.
-        let (pm, pn) = grid(m, n, 2 * threads);
+        let (per_thread, min_rows) = tiling();
+        let (pm, pn) = grid(m, n, per_thread * threads, min_rows);
         let (bm, bn) = (m.div_ceil(pm), n.div_ceil(pn));
         let tiles = batch * pm * pn;
         let tile = &tile;
@@ -127,12 +128,29 @@ pub(super) unsafe fn matmul(
 }
 
 /// Row and column blocks for about `tasks` tiles of an `m x n` product: rows in blocks of at
-/// least 64, then columns in blocks of at least 64 (narrower tiles waste `gemm`'s
-/// microkernel, 48 wide with AVX-512).
-fn grid(m: usize, n: usize, tasks: usize) -> (usize, usize) {
-    let pm = m.div_ceil(64).clamp(1, tasks);
+/// least `min_rows`, then columns in blocks of at least 64 (narrower tiles waste `gemm`'s
+/// register-blocked microkernel).
+fn grid(m: usize, n: usize, tasks: usize, min_rows: usize) -> (usize, usize) {
+    let pm = m.div_ceil(min_rows.max(1)).clamp(1, tasks.max(1));
     let pn = (tasks / pm).clamp(1, n.div_ceil(64).max(1));
     (pm, pn)
+}
+
+/// Tiles per pool thread and the fewest rows per tile: 2 and 64 unless
+/// `STREAMPOOL_CPU_GEMM_TILES=PER_THREAD,MIN_ROWS` says otherwise (a tuning knob for new
+/// hosts; `scripts/device/cpu-gemm-tiles.sh` sweeps it).
+fn tiling() -> (usize, usize) {
+    static TILING: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *TILING.get_or_init(|| {
+        std::env::var("STREAMPOOL_CPU_GEMM_TILES")
+            .ok()
+            .and_then(|v| {
+                let (a, b) = v.split_once(',')?;
+                Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+            })
+            .filter(|&(a, b): &(usize, usize)| a > 0 && b > 0)
+            .unwrap_or((2, 64))
+    })
 }
 
 /// `STREAMPOOL_CPU_GEMM=gemm`: large products split by the `gemm` crate's own rayon code
