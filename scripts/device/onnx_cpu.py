@@ -25,9 +25,18 @@ def main():
     model = AutoModel.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     ids = torch.randint(1000, 2000, (2, 16))
     mask = torch.ones(2, 16, dtype=torch.long)
-    # Keyword inputs: transformers 5's forward takes more positional arguments than the
-    # legacy exporter expects (positional inputs failed with "multiple values for use_cache").
-    torch.onnx.export(model, (), path, kwargs={"input_ids": ids, "attention_mask": mask},
+    # A wrapper taking exactly the two inputs by keyword: the exporter passes inputs
+    # positionally, and transformers 5's forward takes other arguments in those places
+    # ("got multiple values for argument 'use_cache'").
+    class Wrapped(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    torch.onnx.export(Wrapped(model).eval(), (ids, mask), path,
                       input_names=["input_ids", "attention_mask"],
                       output_names=["last_hidden_state"], dynamic_axes={
                           "input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"},

@@ -136,7 +136,8 @@ fn grid(m: usize, n: usize, tasks: usize, min_rows: usize) -> (usize, usize) {
     (pm, pn)
 }
 
-/// Tiles per pool thread and the fewest rows per tile: 2 and 64 unless
+/// Tiles per pool thread and the fewest rows per tile: 4 and 32 (the best of six settings
+/// swept on a 16-core Xeon, bench/results/cpu-2026-11-24-s6/tiles.log) unless
 /// `STREAMPOOL_CPU_GEMM_TILES=PER_THREAD,MIN_ROWS` says otherwise (a tuning knob for new
 /// hosts; `scripts/device/cpu-gemm-tiles.sh` sweeps it).
 fn tiling() -> (usize, usize) {
@@ -149,7 +150,7 @@ fn tiling() -> (usize, usize) {
                 Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
             })
             .filter(|&(a, b): &(usize, usize)| a > 0 && b > 0)
-            .unwrap_or((2, 64))
+            .unwrap_or((4, 32))
     })
 }
 
