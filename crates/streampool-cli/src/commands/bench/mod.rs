@@ -49,7 +49,8 @@ pub struct Args {
     /// Device to run on: cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Workloads: mlp, minilm32, minilm128.
+    /// Workloads: mlp, minilm32, minilm128, minilmN (N tokens, up to the model's positions),
+    /// minilm-mix (mixed lengths, 8-256 tokens; see `workloads::mix_lengths`).
     #[arg(long, value_delimiter = ',', default_value = "mlp,minilm32,minilm128")]
     workloads: Vec<String>,
     /// Scenarios: threading, batching, ceiling, forward, overhead.
@@ -230,9 +231,14 @@ pub fn run(args: Args) -> Result<()> {
     for &dtype in &dtypes {
         let mut encoder = None;
         for name in args.workloads.iter().filter(|n| n.starts_with("minilm")) {
-            let seq: usize = name["minilm".len()..].parse().map_err(|_| {
-                anyhow::anyhow!("bad workload {name:?}: expected minilm32, minilm128 or minilmN")
-            })?;
+            let seq: Option<usize> = match &name["minilm".len()..] {
+                "-mix" => None,
+                n => Some(n.parse().map_err(|_| {
+                    anyhow::anyhow!(
+                        "bad workload {name:?}: expected minilm32, minilm128, minilmN or minilm-mix"
+                    )
+                })?),
+            };
             if choice.is_none() {
                 choice = Some(workloads::choose_encoder(args.minilm.clone())?);
             }
@@ -244,7 +250,10 @@ pub fn run(args: Args) -> Result<()> {
                 encoder = Some((emb, label));
             }
             let (emb, label) = encoder.as_ref().expect("loaded just above");
-            let e = EncoderWorkload::with_seq(emb.clone(), seq, !args.no_prepare_stage)?;
+            let e = match seq {
+                Some(seq) => EncoderWorkload::with_seq(emb.clone(), seq, !args.no_prepare_stage)?,
+                None => EncoderWorkload::mixed(emb.clone(), !args.no_prepare_stage)?,
+            };
             loaded.push((Workload::Encoder(Arc::new(e)), Some(label.clone())));
         }
     }

@@ -405,6 +405,24 @@ mod tests {
         assert!(forward(&Device::cpu(), &mlp, 4, window()).is_err());
     }
 
+    /// The mixed-length workload's lengths are the integers `bench/torch_baseline.py`'s
+    /// `mix_lengths` computes (printed by that script), so both systems run the same batch.
+    #[test]
+    fn mixed_lengths_match_the_pytorch_script() {
+        let l = super::super::workloads::mix_lengths(512);
+        assert_eq!(
+            &l[..12],
+            &[12, 33, 8, 67, 19, 55, 48, 67, 36, 179, 124, 112]
+        );
+        let (sum, min, max) = (
+            l.iter().sum::<usize>(),
+            *l.iter().min().unwrap(),
+            *l.iter().max().unwrap(),
+        );
+        assert_eq!((sum, min, max), (37356, 8, 255));
+        assert_eq!(super::super::workloads::mix_lengths(64), l[..64]);
+    }
+
     /// The preparing stage's path (tokenize, then forward the tokens) gives exactly the
     /// embeddings of the one-step path, and so does a whole queue with and without the stage.
     #[test]
