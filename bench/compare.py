@@ -197,8 +197,10 @@ def compiled_table(files, dtype="f16"):
                 torch_modes.setdefault(key, {})[r["mode"]] = r["throughput_per_s"]
     if not torch_modes:
         return []
-    modes = [m for m in ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-             if any(m in v for v in torch_modes.values())]
+    known = ["eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+    seen = {m for v in torch_modes.values() for m in v}
+    rank = lambda m: (known.index(m.split(" ")[0]) if m.split(" ")[0] in known else len(known), m)
+    modes = sorted(seen, key=rank)
 
     def order(k):
         w, b = k
