@@ -8,6 +8,7 @@ use streampool::phases::timed;
 use streampool::{Activation, Device, GraphCache, Tensor};
 
 use crate::layers::{AttentionMask, Embedding, LayerNorm, TransformerEncoderLayer};
+use crate::packed::PackedInput;
 use crate::weights::{HostTensor, WeightFile};
 use crate::{BertConfig, ComputeDType, Error, Result};
 
@@ -188,7 +189,35 @@ impl BertEmbeddings {
         };
         self.norm.forward(&x)
     }
+
+    /// The embeddings of a packed batch, `[tokens, hidden]`: word + position (each token's
+    /// position in its own sequence) + token type, then LayerNorm.
+    fn forward_packed(&self, input: &PackedInput) -> Result<Tensor> {
+        if input.max_len() > self.position.rows() {
+            return Err(Error::Input(format!(
+                "sequence of {} tokens is longer than the model's {} positions",
+                input.max_len(),
+                self.position.rows()
+            )));
+        }
+        let n = input.tokens();
+        let words = self.word.forward(input.input_ids(), &[n])?;
+        let x = if input.token_type_ids().iter().all(|&t| t == 0) {
+            // The position rows with token type 0 already added: one gather and one add.
+            words.add(&self.position_type0.embedding(input.positions(), &[n])?)?
+        } else {
+            words
+                .add(&self.token_type.forward(input.token_type_ids(), &[n])?)?
+                .add(&self.position.forward(input.positions(), &[n])?)?
+        };
+        self.norm.forward(&x)
+    }
 }
+
+/// Packed batches run their encoder layers as one graph per (tokens, sequences and longest
+/// length rounded up to this): the attention kernel's grid is sized by the bound, so every
+/// batch under one bound replays the same graph.
+const PACKED_LEN_BUCKET: usize = 64;
 
 /// A BERT-style encoder: embeddings and a stack of post-norm transformer layers. Weights are
 /// read-only after load, so one `Arc<BertModel>` serves any number of threads, each running
@@ -277,6 +306,30 @@ impl BertModel {
         })
     }
 
+    /// This model with the activation of every layer's MLP set to `act` (same weights, its
+    /// own graph cache). In f16/bf16 the layers compute GELU's tanh approximation where the
+    /// config names the erf form ([`crate::layers::HALF_PRECISION_GELU`]);
+    /// `with_mlp_activation(Activation::Gelu)` computes the erf form again.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, Activation, BertModel, ComputeDType};
+    /// let m = BertModel::load_with(&Device::cpu(), tiny_bert_dir(), ComputeDType::F16).unwrap();
+    /// let exact = m.with_mlp_activation(Activation::Gelu);
+    /// # let _ = exact;
+    /// ```
+    pub fn with_mlp_activation(&self, act: Activation) -> Self {
+        Self {
+            layers: self
+                .layers
+                .iter()
+                .map(|l| l.with_mlp_activation(act))
+                .collect(),
+            graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
+            ..self.clone()
+        }
+    }
+
     /// Drops the model's CUDA graphs (shared by its clones), giving their memory pools back
     /// to the device's allocator once their last replays complete. A graph's pool holds every
     /// intermediate of a forward at its shape (several GB for an f32 batch of 512 x 128
@@ -344,6 +397,41 @@ impl BertModel {
         let mut states = self.run(input, false)?;
         // `run` always returns at least the final state.
         Ok(states.pop().expect("final hidden state"))
+    }
+
+    /// The last hidden state of a packed batch, `[tokens, hidden]` (the sequences back to
+    /// back, no padding computed), and its sequence offsets on the device (`I64`
+    /// `[batch + 1]`, for [`Tensor::mean_pool_normalize_packed`]). Every layer runs over the
+    /// batch's tokens alone; attention runs per sequence from the offsets. The result equals
+    /// [`Self::forward`] on the same batch padded (at the real tokens, up to float rounding).
+    /// Needs a device with packed kernels ([`Device::has_packed_kernels`]: CPU and CUDA).
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, BertModel, PackedInput};
+    /// let model = BertModel::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// let input = PackedInput::from_sequences(&[vec![101, 7592, 102], vec![101, 102]]).unwrap();
+    /// let (hidden, offsets) = model.forward_packed(&input).unwrap();
+    /// assert_eq!(hidden.dims(), &[5, model.config().hidden_size]);
+    /// assert_eq!(offsets.to_vec::<i64>().unwrap(), vec![0, 3, 5]);
+    /// ```
+    pub fn forward_packed(&self, input: &PackedInput) -> Result<(Tensor, Tensor)> {
+        let bound = input.max_len().div_ceil(PACKED_LEN_BUCKET).max(1) * PACKED_LEN_BUCKET;
+        let mask = AttentionMask::packed(input.offsets(), bound, &self.device)?;
+        let x = self.embeddings.forward_packed(input)?;
+        let mut out = self
+            .graphs
+            .run(&format!("bert-packed-{bound}"), &[&x, mask.tensor()], |i| {
+                let mask = AttentionMask::from_packed(i[1].clone(), bound)?;
+                let mut x = i[0].clone();
+                for layer in &self.layers {
+                    x = layer.forward(&x, Some(&mask))?;
+                }
+                Ok::<_, Error>(vec![x])
+            })?;
+        // `run` returns the closure's one output.
+        let hidden = out.pop().expect("packed hidden state");
+        Ok((hidden, mask.tensor().clone()))
     }
 
     /// Every hidden state: index 0 is the embedding output (after LayerNorm), index `n` the

@@ -10,6 +10,7 @@
 //! | [`MultiheadAttention`], [`AttentionMask`] | self-attention with fused QKV; additive mask (f32) or one fused kernel with a binary mask (f16/bf16) | `layers/attention.rs` |
 //! | [`TransformerEncoderLayer`] | post-norm encoder layer (BERT) | `layers/encoder_layer.rs` |
 //! | [`BertModel`], [`BertConfig`], [`BertInput`] | BERT/MiniLM from `config.json` + `model.safetensors` | `bert.rs`, `config.rs` |
+//! | [`PackedInput`] | a batch of mixed lengths with no padding (varlen offsets), for [`BertModel::forward_packed`] | `packed.rs` |
 //! | [`BertTokenizer`] | `tokenizer.json`, pad to longest, attention masks; exact ASCII fast path | `tokenizer/` |
 //! | [`TokenizePool`] | the process's tokenization threads, one per core | `tokenizer/pool.rs` |
 //! | [`SentenceEmbedder`] | tokenizer + model + mean pooling + L2 normalisation | `embedder.rs` |
@@ -69,11 +70,13 @@ mod embedder;
 mod error;
 pub mod layers;
 mod locate;
+mod packed;
 pub mod pooling;
 mod tokenizer;
 mod weights;
 
 pub use bert::{BertInput, BertModel};
+pub use packed::PackedInput;
 pub use config::BertConfig;
 pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};

@@ -822,6 +822,28 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].matmul_bias(&t[1].t()?, &t[2], MatmulMath::Exact)),
         ),
         (
+            "matmul + bias + tanh GELU (cuBLASLt GELU_BIAS)",
+            vec![vec![b, s, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| {
+                t[0].matmul_bias_act(&t[1], &t[2], Activation::GeluTanh, MatmulMath::Exact)
+            }),
+        ),
+        (
+            "matmul + bias + relu (cuBLASLt RELU_BIAS)",
+            vec![vec![b * s, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| t[0].matmul_bias_act(&t[1], &t[2], Activation::Relu, MatmulMath::Exact)),
+        ),
+        (
+            "matmul + bias + erf GELU (no epilogue: separate pass)",
+            vec![vec![b * s, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| t[0].matmul_bias_act(&t[1], &t[2], Activation::Gelu, MatmulMath::Exact)),
+        ),
+        (
+            "bias tanh gelu",
+            vec![vec![b * s, h], vec![h]],
+            Box::new(|t| t[0].bias_act(&t[1], Activation::GeluTanh)),
+        ),
+        (
             "batched matmul t",
             vec![vec![b, s, d], vec![b, s, d]],
             Box::new(|t| t[0].matmul(&t[1].t()?)),

@@ -4,7 +4,7 @@ use streampool::{Device, Tensor};
 
 use super::{AttentionMask, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention};
 use crate::weights::WeightFile;
-use crate::{BertConfig, ComputeDType, Result};
+use crate::{Activation, BertConfig, ComputeDType, Result};
 
 /// `h = LN1(x + attn(x))`, `out = LN2(h + mlp(h))` (post-norm, as BERT), with each residual
 /// add fused into its LayerNorm.
@@ -69,7 +69,6 @@ impl TransformerEncoderLayer {
         Ok(Self::new(attn, attn_norm, mlp, out_norm))
     }
 
-    /// Runs the layer on `x: [batch, seq, hidden]`.
     /// This layer with its weights and activations in `dtype`.
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         Ok(Self {
@@ -80,6 +79,16 @@ impl TransformerEncoderLayer {
         })
     }
 
+    /// This layer with its MLP's activation set to `act`.
+    pub fn with_mlp_activation(&self, act: Activation) -> Self {
+        Self {
+            mlp: self.mlp.with_activation(act),
+            ..self.clone()
+        }
+    }
+
+    /// Runs the layer on `x: [batch, seq, hidden]` (or `[tokens, hidden]` with a packed
+    /// mask).
     pub fn forward(&self, x: &Tensor, mask: Option<&AttentionMask>) -> Result<Tensor> {
         let a = self.attn.forward(x, mask)?;
         let h = self.attn_norm.forward_residual(&a, x)?;

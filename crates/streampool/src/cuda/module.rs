@@ -54,6 +54,7 @@ pub(crate) struct Module {
     pub(super) attention_mma: [[CudaFunction; 2]; 4],
     pub(super) tensor_cores: bool,
     pub(super) mean_pool_norm: PerDType,
+    pub(super) pool_rows: PerDType,
     pub(super) sleep: CudaFunction,
 }
 
@@ -121,6 +122,7 @@ impl Module {
             },
             tensor_cores,
             mean_pool_norm: f3("sp_mean_pool_norm")?,
+            pool_rows: f3("sp_pool_rows")?,
             sleep: f("sp_sleep")?,
             _module: module,
         })

@@ -120,6 +120,7 @@ pub struct Args {
 enum Point {
     Ceiling(usize, usize),
     Forward(usize, usize),
+    ForwardPadded(usize, usize),
     Threading(usize, usize),
     Batching(usize, QueueSetup),
     Overhead,
@@ -131,6 +132,7 @@ impl Point {
         match self {
             Point::Ceiling(i, _)
             | Point::Forward(i, _)
+            | Point::ForwardPadded(i, _)
             | Point::Threading(i, _)
             | Point::Batching(i, _) => Some(*i),
             Point::Overhead => None,
@@ -271,7 +273,13 @@ pub fn run(args: Args) -> Result<()> {
                     vec![sweep_batch]
                 }
             });
-            points.extend(batches.into_iter().map(|b| Point::Forward(i, b)));
+            let mix = matches!(w, Workload::Encoder(e) if e.mix);
+            for b in batches {
+                points.push(Point::Forward(i, b));
+                if mix {
+                    points.push(Point::ForwardPadded(i, b));
+                }
+            }
         }
         if has("ceiling") || has("batching") {
             let mut batches = args.ceiling_batches.clone().unwrap_or_else(|| {
@@ -434,6 +442,13 @@ fn run_point(
             bar.set_message(format!("{} forward batch {b}", loaded[*i].0.name()));
             vec![with_model(
                 scenarios::forward(dev, &loaded[*i].0, *b, plan.window)?,
+                *i,
+            )]
+        }
+        Point::ForwardPadded(i, b) => {
+            bar.set_message(format!("{} forward (padded) batch {b}", loaded[*i].0.name()));
+            vec![with_model(
+                scenarios::forward_padded(dev, &loaded[*i].0, *b, plan.window)?,
                 *i,
             )]
         }

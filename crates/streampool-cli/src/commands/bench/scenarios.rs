@@ -81,6 +81,19 @@ pub fn forward(device: &Device, w: &Workload, batch: usize, window: Window) -> R
     Ok(rec)
 }
 
+/// [`forward`] on the padded path (scenario `forward-padded`): for the mixed-length workload,
+/// whose `forward` runs packed where the embedder packs (f16/bf16 on CPU and CUDA).
+pub fn forward_padded(device: &Device, w: &Workload, batch: usize, window: Window) -> Result<Record> {
+    let Workload::Encoder(e) = w else {
+        bail!("the forward scenario is for the minilm workloads");
+    };
+    let input = e.tokenized(batch, 0)?;
+    let r = closed_loop(1, window, || {}, |_, _| e.forward_padded(&input).map(drop))?;
+    let mut rec = record(device, w, "forward-padded", batch, &r);
+    rec.threads = Some(1);
+    Ok(rec)
+}
+
 /// `threads` threads each calling the shared model with one row at a time.
 pub fn threading(device: &Device, w: &Workload, threads: usize, window: Window) -> Result<Record> {
     let r = closed_loop(

@@ -314,6 +314,12 @@ impl EncoderWorkload {
         Ok(self.embedder.embed_input(input)?.to_vec::<f32>()?)
     }
 
+    /// [`Self::forward`] on the padded path whatever the batch (the mixed workload compares
+    /// it with the packed path, which `forward` takes).
+    pub fn forward_padded(&self, input: &BertInput) -> Result<Vec<f32>> {
+        Ok(self.embedder.embed_input_padded(input)?.to_vec::<f32>()?)
+    }
+
     /// Sentence `i` (cycling through the pool).
     pub fn text(&self, i: usize) -> String {
         self.sentences[i % INPUT_POOL].clone()

@@ -44,6 +44,7 @@ pub(super) unsafe fn bias_act(
                 Activation::Identity => v,
                 Activation::Relu => v.max(0.0),
                 Activation::Gelu => gelu(v),
+                Activation::GeluTanh => super::gelu_tanh(v),
             };
         }
     }

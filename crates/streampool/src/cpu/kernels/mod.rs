@@ -5,8 +5,10 @@
 
 mod attention;
 mod elementwise;
+mod epilogue;
 mod matmul;
 mod norm;
+mod packed;
 mod pool;
 mod reduce;
 mod strided;
@@ -52,13 +54,17 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             a,
             b,
             bias,
+            act,
             out,
             batch,
             m,
             n,
             k,
             ..
-        } => matmul::matmul(a, b, *bias, *out, *batch, *m, *n, *k),
+        } => {
+            matmul::matmul(a, b, *bias, *out, *batch, *m, *n, *k);
+            epilogue::apply(*out, batch * m * n, *act);
+        }
         Kernel::Unary {
             op, x, out, len, ..
         } => elementwise::unary(*op, *x, *out, *len),
@@ -116,6 +122,16 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
         } => reduce::reduce(*op, *x, *out, *outer, *axis, *inner),
         Kernel::Attention {
             qkv,
+            packed: Some(seqs),
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            ..
+        } => packed::attention(*qkv, seqs, *out, *batch, *seq, *heads, *head_dim),
+        Kernel::Attention {
+            qkv,
             mask,
             out,
             batch,
@@ -133,8 +149,18 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             dim,
             ..
         } => pool::mean_pool_norm(*x, *mask, *out, *batch, *seq, *dim),
+        Kernel::MeanPoolNormPacked {
+            x,
+            seqs,
+            out,
+            batch,
+            dim,
+            ..
+        } => packed::mean_pool_norm(*x, seqs, *out, *batch, *dim),
     }
 }
+
+pub(crate) use epilogue::gelu_tanh;
 
 /// GELU in its exact (erf) form, as BERT uses it.
 #[inline]
