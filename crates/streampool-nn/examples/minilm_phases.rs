@@ -56,7 +56,8 @@ fn main() -> Res<()> {
     // so the long-sequence points run their full length.
     let bert = BertModel::load_with(&dev, dir, dtype)?;
     let max = bert.config().max_position_embeddings;
-    let tokenizer = BertTokenizer::from_file(std::path::Path::new(dir).join("tokenizer.json"), max)?;
+    let tokenizer =
+        BertTokenizer::from_file(std::path::Path::new(dir).join("tokenizer.json"), max)?;
     let model = SentenceEmbedder::new(tokenizer, bert)?;
     let stream = dev.current_stream()?;
     println!("device {} dtype {dtype}", dev.name());

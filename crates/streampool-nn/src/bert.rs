@@ -419,16 +419,16 @@ impl BertModel {
         let bound = input.max_len().div_ceil(PACKED_LEN_BUCKET).max(1) * PACKED_LEN_BUCKET;
         let mask = AttentionMask::packed(input.offsets(), bound, &self.device)?;
         let x = self.embeddings.forward_packed(input)?;
-        let mut out = self
-            .graphs
-            .run(&format!("bert-packed-{bound}"), &[&x, mask.tensor()], |i| {
-                let mask = AttentionMask::from_packed(i[1].clone(), bound)?;
-                let mut x = i[0].clone();
-                for layer in &self.layers {
-                    x = layer.forward(&x, Some(&mask))?;
-                }
-                Ok::<_, Error>(vec![x])
-            })?;
+        let mut out =
+            self.graphs
+                .run(&format!("bert-packed-{bound}"), &[&x, mask.tensor()], |i| {
+                    let mask = AttentionMask::from_packed(i[1].clone(), bound)?;
+                    let mut x = i[0].clone();
+                    for layer in &self.layers {
+                        x = layer.forward(&x, Some(&mask))?;
+                    }
+                    Ok::<_, Error>(vec![x])
+                })?;
         // `run` returns the closure's one output.
         let hidden = out.pop().expect("packed hidden state");
         Ok((hidden, mask.tensor().clone()))

@@ -76,7 +76,6 @@ mod tokenizer;
 mod weights;
 
 pub use bert::{BertInput, BertModel};
-pub use packed::PackedInput;
 pub use config::BertConfig;
 pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};
@@ -89,6 +88,7 @@ pub use locate::{
     cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, CACHE_ENV, MINILM_DIR_ENV,
     TINY_BERT_RELATIVE,
 };
+pub use packed::PackedInput;
 pub use streampool::Activation;
 pub use tokenizer::{BertTokenizer, TokenizePool, TOKENIZE_THREADS_ENV};
 pub use weights::{HostTensor, WeightFile};

@@ -38,10 +38,15 @@ impl PackedInput {
     /// From the sequences' token ids and token type ids (one per token).
     pub fn new(sequences: &[Vec<i64>], token_types: &[Vec<i64>]) -> Result<Self> {
         if sequences.is_empty() {
-            return Err(Error::Input("a packed batch needs at least one sequence".into()));
+            return Err(Error::Input(
+                "a packed batch needs at least one sequence".into(),
+            ));
         }
         if token_types.len() != sequences.len()
-            || sequences.iter().zip(token_types).any(|(s, t)| s.len() != t.len())
+            || sequences
+                .iter()
+                .zip(token_types)
+                .any(|(s, t)| s.len() != t.len())
         {
             return Err(Error::Input(
                 "token_type_ids must have one value per token of every sequence".into(),

@@ -58,7 +58,9 @@ fn act_ref(x: &[f64], act: Activation) -> Vec<f64> {
             Activation::Relu => v.max(0.0),
             Activation::Gelu => gelu_ref(v),
             Activation::GeluTanh => {
-                0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+                0.5 * v
+                    * (1.0
+                        + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
             }
         })
         .collect()

@@ -5,8 +5,7 @@
 
 use streampool::{DType, Device};
 use streampool_nn::{
-    find_minilm, tiny_bert_dir, BertInput, BertModel, ComputeDType, PackedInput,
-    SentenceEmbedder,
+    find_minilm, tiny_bert_dir, BertInput, BertModel, ComputeDType, PackedInput, SentenceEmbedder,
 };
 
 /// Sequences of these lengths (ids from a fixed formula; [CLS] first, [SEP] last).
@@ -26,7 +25,11 @@ fn sequences(lens: &[usize]) -> Vec<Vec<i64>> {
 }
 
 fn cos(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
     let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (n(a) * n(b)).max(1e-300)
 }
@@ -43,7 +46,11 @@ fn packed_forward_equals_padded_forward_at_real_tokens() {
         let (hidden, offsets) = model.forward_packed(&packed).unwrap();
         let h = model.config().hidden_size;
         assert_eq!(hidden.dims(), &[lens.iter().sum::<usize>(), h]);
-        let got = hidden.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        let got = hidden
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
         let padded_in = BertInput::from_sequences(&seqs).unwrap();
         let longest = padded_in.seq_len();
         let padded = model
@@ -59,7 +66,11 @@ fn packed_forward_equals_padded_forward_at_real_tokens() {
             .flat_map(|(b, &n)| padded[b * longest * h..][..n * h].to_vec())
             .collect();
         let e = {
-            let d: f64 = got.iter().zip(&want).map(|(g, w)| f64::from(g - w).powi(2)).sum();
+            let d: f64 = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| f64::from(g - w).powi(2))
+                .sum();
             let n: f64 = want.iter().map(|w| f64::from(*w).powi(2)).sum();
             (d / n).sqrt()
         };
@@ -70,7 +81,10 @@ fn packed_forward_equals_padded_forward_at_real_tokens() {
         };
         println!("tiny-bert {dtype}: packed vs padded hidden states, rel err {e:.2e}");
         assert!(e < bound, "{dtype}: rel err {e:.2e}");
-        assert_eq!(offsets.to_vec::<i64>().unwrap(), vec![0, 3, 20, 21, 61, 70, 72]);
+        assert_eq!(
+            offsets.to_vec::<i64>().unwrap(),
+            vec![0, 3, 20, 21, 61, 70, 72]
+        );
     }
 }
 
@@ -92,7 +106,10 @@ fn embedder_paths_agree(dir: &std::path::Path, texts: &[String], bound: f64, lab
             .zip(padded.chunks_exact(dim))
             .map(|(p, q)| cos(p, q))
             .fold(1.0f64, f64::min);
-        println!("{label} {dtype}: packed vs padded, min cosine over {} sentences {worst:.8}", texts.len());
+        println!(
+            "{label} {dtype}: packed vs padded, min cosine over {} sentences {worst:.8}",
+            texts.len()
+        );
         assert!(worst >= bound, "{label} {dtype}: min cosine {worst}");
         // `embed` (text in) takes the packed path too, and packing off gives the padded one.
         let direct = emb.embed(&refs).unwrap().concat();
@@ -105,11 +122,16 @@ fn embedder_paths_agree(dir: &std::path::Path, texts: &[String], bound: f64, lab
 
 /// Sentences of very different lengths (1 to about 100 words).
 fn mixed_texts(n: usize) -> Vec<String> {
-    let words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "today"];
+    let words = [
+        "the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "today",
+    ];
     (0..n)
         .map(|i| {
             let len = 1 + (i * i * 7 + 3) % 97;
-            (0..len).map(|k| words[(i + k * 3) % words.len()]).collect::<Vec<_>>().join(" ")
+            (0..len)
+                .map(|k| words[(i + k * 3) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
         })
         .collect()
 }

@@ -920,6 +920,33 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].attention(None, 2)),
         ),
         (
+            // Lengths 1..200: past several 64-query blocks and key tiles, one empty sequence.
+            "attention packed (varlen), d=32",
+            vec![vec![5 + 77 + 0 + 200 + 1 + 64, 3 * h]],
+            Box::new(move |t| {
+                let off = vec![0i64, 5, 82, 82, 282, 283, 347];
+                let off = Tensor::from_vec(off, &[7], t[0].device())?;
+                t[0].attention_packed(&off, 200, nh)
+            }),
+        ),
+        (
+            "attention packed, d=64, 2 heads",
+            vec![vec![130 + 7, 3 * 128]],
+            Box::new(|t| {
+                let off = Tensor::from_vec(vec![0i64, 130, 137], &[3], t[0].device())?;
+                t[0].attention_packed(&off, 130, 2)
+            }),
+        ),
+        (
+            "mean_pool_normalize packed",
+            vec![vec![5 + 77 + 0 + 200 + 1 + 64, h]],
+            Box::new(|t| {
+                let off = vec![0i64, 5, 82, 82, 282, 283, 347];
+                let off = Tensor::from_vec(off, &[7], t[0].device())?;
+                t[0].mean_pool_normalize_packed(&off)
+            }),
+        ),
+        (
             "mean_pool_normalize",
             vec![vec![b, s, h]],
             Box::new(move |t| {

@@ -93,7 +93,9 @@ fn matmul_bias_act_matches_float64() {
                 .map(|i| {
                     let (r, c) = (i / n, i % n);
                     let dot: f64 = (0..k)
-                        .map(|j| f64::from(round(a[r * k + j], dt)) * f64::from(round(b[j * n + c], dt)))
+                        .map(|j| {
+                            f64::from(round(a[r * k + j], dt)) * f64::from(round(b[j * n + c], dt))
+                        })
                         .sum();
                     act_ref(act, dot + f64::from(round(bias[c], dt)))
                 })
@@ -189,7 +191,10 @@ fn packed_attention_equals_padded_attention() {
             .map(f64::from)
             .collect();
         let e = rel_err(&f32s(&got), &want);
-        assert!(e <= tol(dt) / 10.0, "{dt:?}: packed vs padded rel err {e:.2e}");
+        assert!(
+            e <= tol(dt) / 10.0,
+            "{dt:?}: packed vs padded rel err {e:.2e}"
+        );
     }
 }
 
@@ -243,7 +248,11 @@ fn bad_offsets_are_clamped_and_bad_shapes_are_errors() {
     ));
     let ok = Tensor::from_vec(vec![0i64, 10], &[2], &dev).unwrap();
     assert!(qkv.attention_packed(&ok, 16, 4).is_err()); // 6 is not 3 x 4 heads x width
-    assert!(qkv.reshape(&[2, 5, 6]).unwrap().attention_packed(&ok, 16, 1).is_err());
+    assert!(qkv
+        .reshape(&[2, 5, 6])
+        .unwrap()
+        .attention_packed(&ok, 16, 1)
+        .is_err());
     let empty = Tensor::from_vec(Vec::<i64>::new(), &[0], &dev).unwrap();
     assert!(h.mean_pool_normalize_packed(&empty).is_err());
 }

@@ -168,10 +168,7 @@ impl AttentionMask {
             }
         }
         let values: Vec<i64> = offsets.iter().map(|&o| o as i64).collect();
-        Self::from_packed(
-            Tensor::from_vec(values, &[offsets.len()], device)?,
-            max_len,
-        )
+        Self::from_packed(Tensor::from_vec(values, &[offsets.len()], device)?, max_len)
     }
 
     /// The packed mask from its `I64` offsets tensor (as made by [`Self::packed`], whose

@@ -199,9 +199,7 @@ impl BlasLt {
         match queued {
             Ok(()) => Ok(true),
             Err(e) => {
-                tracing::debug!(
-                    "cuBLASLt {act:?} epilogue failed for {m}x{n}x{k} {dtype:?}: {e}"
-                );
+                tracing::debug!("cuBLASLt {act:?} epilogue failed for {m}x{n}x{k} {dtype:?}: {e}");
                 self.plans.insert(key, None);
                 Ok(false)
             }

@@ -190,7 +190,12 @@ impl Tensor {
     /// let y = qkv.attention_packed(&offsets, 2, 1).unwrap();
     /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![10.0, 40.0, 40.0]); // each its own mean
     /// ```
-    pub fn attention_packed(&self, offsets: &Tensor, max_len: usize, heads: usize) -> Result<Tensor> {
+    pub fn attention_packed(
+        &self,
+        offsets: &Tensor,
+        max_len: usize,
+        heads: usize,
+    ) -> Result<Tensor> {
         const OP: &str = "attention_packed";
         self.expect_float(OP)?;
         let &[tokens, width] = self.dims() else {
@@ -249,15 +254,18 @@ impl Tensor {
         let batch = self.check_offsets(offsets, OP)?;
         let (x, off) = (self.as_contiguous()?, offsets.as_contiguous()?);
         let (px, po, dtype) = (x.ptr(), off.ptr(), x.dtype());
-        launch(self.device(), &[&x, &off], OutSpec::f32(&[batch, dim]), |o| {
-            Kernel::MeanPoolNormPacked {
+        launch(
+            self.device(),
+            &[&x, &off],
+            OutSpec::f32(&[batch, dim]),
+            |o| Kernel::MeanPoolNormPacked {
                 x: px,
                 seqs: SeqOffsets { ptr: po, tokens },
                 out: o,
                 batch,
                 dim,
                 dtype,
-            }
-        })
+            },
+        )
     }
 }

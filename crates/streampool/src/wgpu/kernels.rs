@@ -759,7 +759,10 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid(outputs)?,
             )?;
         }
-        Kernel::Attention { packed: Some(_), .. } | Kernel::MeanPoolNormPacked { .. } => {
+        Kernel::Attention {
+            packed: Some(_), ..
+        }
+        | Kernel::MeanPoolNormPacked { .. } => {
             return Err(Error::Unavailable(
                 "wgpu: packed (varlen) batches are not implemented; run them padded".into(),
             ))

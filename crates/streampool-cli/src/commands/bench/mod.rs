@@ -446,7 +446,10 @@ fn run_point(
             )]
         }
         Point::ForwardPadded(i, b) => {
-            bar.set_message(format!("{} forward (padded) batch {b}", loaded[*i].0.name()));
+            bar.set_message(format!(
+                "{} forward (padded) batch {b}",
+                loaded[*i].0.name()
+            ));
             vec![with_model(
                 scenarios::forward_padded(dev, &loaded[*i].0, *b, plan.window)?,
                 *i,

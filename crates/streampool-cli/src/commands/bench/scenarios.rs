@@ -83,7 +83,12 @@ pub fn forward(device: &Device, w: &Workload, batch: usize, window: Window) -> R
 
 /// [`forward`] on the padded path (scenario `forward-padded`): for the mixed-length workload,
 /// whose `forward` runs packed where the embedder packs (f16/bf16 on CPU and CUDA).
-pub fn forward_padded(device: &Device, w: &Workload, batch: usize, window: Window) -> Result<Record> {
+pub fn forward_padded(
+    device: &Device,
+    w: &Workload,
+    batch: usize,
+    window: Window,
+) -> Result<Record> {
     let Workload::Encoder(e) = w else {
         bail!("the forward scenario is for the minilm workloads");
     };

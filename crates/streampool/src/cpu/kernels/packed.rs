@@ -9,7 +9,12 @@ use super::{dst, src};
 
 /// Rows `start..start + len` of sequence `b`: the offsets clamped to `0..tokens` (and the
 /// length to `max_len`), so bad offsets never reach outside the tensors.
-pub(crate) fn seq_range(offsets: &[i64], b: usize, tokens: usize, max_len: usize) -> (usize, usize) {
+pub(crate) fn seq_range(
+    offsets: &[i64],
+    b: usize,
+    tokens: usize,
+    max_len: usize,
+) -> (usize, usize) {
     let clamp = |v: i64, lo: usize| (v.max(0) as u64).clamp(lo as u64, tokens as u64) as usize;
     let start = clamp(offsets[b], 0);
     let end = clamp(offsets[b + 1], start);
