@@ -32,8 +32,8 @@ torch.compile (issue 20; --compile-modes eager,default,reduce-overhead[,max-auto
 "compiled", one record per mode (field "mode"), dtype --compile-dtype (default f16):
   the HF BertModel (sdpa) and mean-pool + normalize in one function, compiled per shape
   (`dynamic=False`; "eager" is the same function uncompiled; a batch without padding runs
-  without an attention mask, mode label "MODE (no mask)", and with --compile-mask also with it,
-  label "MODE"); the token ids and mask are on
+  both without the attention mask, mode label "MODE (no mask)", and with it, label "MODE":
+  --mask-variants none|mask|both); the token ids and mask are on
   the GPU before the loop (no upload, no read-back: each call ends with a synchronize), which
   favours PyTorch against ours (which uploads and reads back). Points: --compile-seqs x
   --forward-batches fixed-length batches (workloads minilmN), and with --mix the mixed-length
@@ -318,10 +318,9 @@ def compiled_points(a, dev, dev_name, dtype, modes, seqs, batches, mix, warm, se
             assert got == mix_lengths(b), "mixed sentences must have exactly their lengths"
         inputs[(w, b)] = (enc["input_ids"].to(dev), enc["attention_mask"].to(dev),
                           int(enc["attention_mask"].sum()))
-    # (mode, pass the mask on fixed-length batches): --compile-mask adds the masked form.
-    variants = [(m, False) for m in modes]
-    if a.compile_mask:
-        variants = [(m, True) for m in modes] + variants
+    # (mode, pass the mask on fixed-length batches), per --mask-variants.
+    variants = ([(m, True) for m in modes] if a.mask_variants in ("mask", "both") else []) + \
+               ([(m, False) for m in modes] if a.mask_variants in ("none", "both") else [])
     done = set()
     for mode, masked in variants:
         for w, b, _texts, seq in shapes:
@@ -402,9 +401,9 @@ def main():
     p.add_argument("--compile-dtype", default="f16")
     p.add_argument("--mix", action="store_true", help="also the mixed-length workload in the compiled scenario")
     p.add_argument("--compiled-only", action="store_true", help="only the compiled scenario")
-    p.add_argument("--compile-mask", action="store_true",
-                   help="fixed-length batches also with the attention mask passed to the model (mode label without "
-                        "'(no mask)'); by default only without it, as no token is padding")
+    p.add_argument("--mask-variants", choices=("none", "mask", "both"), default="both",
+                   help="fixed-length batches in the compiled scenario: without the attention mask (mode label "
+                        "'MODE (no mask)'), with it ('MODE'), or both (default)")
     a = p.parse_args()
 
     gpu = a.device.startswith("cuda")
