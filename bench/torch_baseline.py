@@ -333,9 +333,10 @@ def compiled_points(a, dev, dev_name, dtype, modes, seqs, batches, mix, warm, se
                                                             dynamic=False)
             step = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
 
-            # A batch without padding runs with no attention mask (the same result as an
-            # all-ones mask): HF then takes SDPA's unmasked (flash) path and builds no mask,
-            # the fastest form a PyTorch user can write; --compile-mask passes it anyway.
+            # A batch without padding may run with no attention mask (the same result as an
+            # all-ones mask: HF then builds none). Eager ran about alike either way on the
+            # H100, the compiled modes 1.8-20x slower without it (2026-11-24), so both forms
+            # are measured (--mask-variants) and the best counts.
             model_mask = mask if (masked or w == "minilm-mix") else None
 
             def call(_i, fn=fn, ids=ids, mask=mask, model_mask=model_mask):
