@@ -46,3 +46,6 @@ if [ "${ONNX:-1}" = 1 ]; then
   echo "onnx rc=$?"
   grep -E "rows/s|Error|error" "$OUT/onnx.log" | tail -8
 fi
+
+# At most 8 files come back from a device call: the JSONs and logs in one archive.
+(cd "$OUT" && tar czf all.tgz ours torch onnx *.log 2>/dev/null; rm -rf ours torch onnx *.log)
