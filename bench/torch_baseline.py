@@ -233,7 +233,11 @@ def dtype_points(a, dev, dev_name, gpu, dtypes, seqs, batches, warm, seconds, lo
         if gpu:
             torch.cuda.empty_cache()
     set_tf32(False)
-    st = SentenceTransformer(a.minilm, device=str(dev), model_kwargs={"dtype": torch.float16})
+    # What a user who wants speed runs: fp16 on a GPU; on a CPU fp32 (PyTorch's CPU fp16
+    # matmuls are slower than fp32 on hosts without AVX512-FP16/AMX).
+    st_dtype = "f16" if gpu else "f32"
+    st = SentenceTransformer(a.minilm, device=str(dev),
+                             model_kwargs={"dtype": getattr(torch, DTYPES[st_dtype][0])})
     st.eval()
     for seq in seqs:
         sents = [sentence(i, seq) for i in range(INPUT_POOL)]
@@ -245,8 +249,8 @@ def dtype_points(a, dev, dev_name, gpu, dtypes, seqs, batches, warm, seconds, lo
             for _ in range(3):
                 encode(0)
             n, secs, lat, err = closed_loop(1, warm, seconds, lambda t, encode=encode: encode)
-            log(record(dev_name, f"minilm{seq}", "ceiling", b, n, secs, lat, threads=1, dtype="f16",
-                       model="all-MiniLM-L6-v2 (sentence-transformers fp16)", errors=err or None))
+            log(record(dev_name, f"minilm{seq}", "ceiling", b, n, secs, lat, threads=1, dtype=st_dtype,
+                       model=f"all-MiniLM-L6-v2 (sentence-transformers {st_dtype})", errors=err or None))
     del st
 
 
@@ -266,6 +270,8 @@ def main():
     p.add_argument("--forward-batches", default="64,512")
     p.add_argument("--dtype-only", action="store_true",
                    help="only the per-dtype forward and the fp16 sentence-transformers encode")
+    p.add_argument("--cpu-threads", type=int, default=None,
+                   help="PyTorch intra-op threads (torch.set_num_threads); default: PyTorch's own (all cores)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no torch needed)")
     p.add_argument("--mlp-graph", action="store_true",
                    help="also run the MLP threading scenario with a CUDA graph per thread (cuda)")
@@ -298,6 +304,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    if a.cpu_threads:
+        torch.set_num_threads(a.cpu_threads)
     dev = torch.device(a.device)
     dev_name = f"{a.device} ({torch.cuda.get_device_name(dev)})" if gpu else "cpu"
     pick = lambda given, cuda, cpu: [int(x) for x in (given or (cuda if gpu else cpu)).split(",")]
@@ -317,8 +325,8 @@ def main():
               + (f", {r['errors']} errors" if r.get("errors") else ""), file=sys.stderr, flush=True)
         results.append(r)
 
-    print(f"torch_baseline: torch {torch.__version__} on {dev_name}, {seconds} s per point",
-          flush=True)
+    print(f"torch_baseline: torch {torch.__version__} on {dev_name} ({torch.get_num_threads()} "
+          f"intra-op threads), {seconds} s per point", flush=True)
 
     if "mlp" in workloads:
         g = torch.Generator().manual_seed(0)
@@ -367,8 +375,8 @@ def main():
             model = SentenceTransformer(a.minilm, device=str(dev), model_kwargs={"dtype": torch.float32})
         except TypeError:  # transformers 4.x spells it torch_dtype
             model = SentenceTransformer(a.minilm, device=str(dev), model_kwargs={"torch_dtype": torch.float32})
-        dtypes = {p.dtype for p in model.parameters()}
-        assert dtypes == {torch.float32}, f"weights not upcast to fp32: {dtypes}"
+        param_dtypes = {p.dtype for p in model.parameters()}
+        assert param_dtypes == {torch.float32}, f"weights not upcast to fp32: {param_dtypes}"
         model.eval()
         print(f"sentence-transformers {st_version}, model {a.minilm}, fp32", flush=True)
         for w in enc:
@@ -403,7 +411,8 @@ def main():
     if dtypes and seqs:
         dtype_points(a, dev, dev_name, gpu, dtypes, seqs, forward_batches, warm, seconds, log)
 
-    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0],
+                "torch_threads": torch.get_num_threads()}
     if enc:
         versions["sentence_transformers"] = st_version
     if dtypes and seqs:

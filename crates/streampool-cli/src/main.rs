@@ -10,6 +10,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads of the CPU device's intra-op pool, which every stream shares: one call uses
+    /// them all, and many callers share them rather than each starting its own [default:
+    /// the cores this process may use]
+    #[arg(long, global = true, env = streampool::CPU_THREADS_ENV, value_name = "N")]
+    cpu_threads: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -34,6 +39,9 @@ fn main() -> anyhow::Result<()> {
     // First thing: `serve` and `embed` time their start-up phases from here.
     let start = std::time::Instant::now();
     let cli = Cli::parse();
+    if let Some(n) = cli.cpu_threads {
+        streampool::set_cpu_threads(n)?;
+    }
     match cli.command {
         Command::Check(a) => commands::check::run(a),
         Command::Bench(a) => commands::bench::run(a),

@@ -7,7 +7,7 @@
 //! | piece | what it is | file |
 //! |-------|------------|------|
 //! | [`Linear`], [`Mlp`], [`LayerNorm`], [`RmsNorm`], [`Norm`], [`Embedding`] | layers, weights pre-transposed at load; the MLP gated (GeGLU, SwiGLU) or not | `layers/` |
-//! | [`MultiheadAttention`], [`AttentionMask`], [`Rotary`] | self-attention with fused QKV and its options ([`AttentionOptions`], [`AttentionInputs`]): padding, causal or sliding-window mask, rotary positions, a score bias, grouped-query heads, q/k RMSNorm; one fused kernel (f16/bf16, plain attention) | `layers/attention.rs` |
+//! | [`MultiheadAttention`], [`AttentionMask`], [`Rotary`] | self-attention with fused QKV and its options ([`AttentionOptions`], [`AttentionInputs`]): padding, causal or sliding-window mask, rotary positions, a score bias, grouped-query heads, q/k RMSNorm; one fused kernel (f16/bf16, and f32 on the CPU; plain attention) | `layers/attention.rs` |
 //! | [`TransformerEncoderLayer`] | post-norm (BERT) or pre-norm (Qwen) layer | `layers/encoder_layer.rs` |
 //! | [`BertModel`], [`BertConfig`], [`Family`], [`BertInput`] | any supported family from `config.json` + `model.safetensors`: BERT, XLM-RoBERTa/CamemBERT, MPNet, GTE, NomicBERT, ModernBERT, Qwen3 (the names are BERT's, the first) | `bert.rs`, `config.rs`, `families/` |
 //! | [`Classifier`], [`Reranker`] | `*ForSequenceClassification` heads: logits, scores, cross-encoder reranking | `tasks.rs`, `heads.rs` |
@@ -41,7 +41,8 @@
 //! on the CPU), `F16` and `Bf16` (weights converted once at load, activations in 16 bits,
 //! matmuls accumulate in f32, LayerNorm and softmax statistics in f32, attention and
 //! mean-pool + normalize as single fused kernels). Embeddings are f32 in every dtype. f32 and
-//! tf32 keep the unfused attention path, whose results the f32 reference tests pin down.
+//! tf32 keep the unfused attention path on GPUs, whose results the f32 reference tests pin
+//! down; on the CPU f32 attention is fused too ([`BertModel::fused_attention`]).
 //! The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` (where the adapter has
 //! `SHADER_F16`: WGSL kernels with `enable f16`); `Bf16`, and `F16` without the feature,
 //! fail at load with an error that says why. Measured on the CPU backend

@@ -271,6 +271,12 @@ fn attention_matches_reference_with_and_without_mask() {
     assert_eq!(y.dims(), &[batch, seq, hidden]);
     let e = rel_err(&host(&y), &attention_ref(&f64s(&x), Some(&mask), &p, batch));
     assert!(e < TOL, "masked: rel err {e}");
+    // The fused CPU kernel (binary mask), which BertModel uses in f32 on the CPU.
+    assert!(attn.is_fused());
+    let b = AttentionMask::binary(&mask, batch, seq, &dev).unwrap();
+    let y = attn.forward(&upload(&x, &dev), Some(&b)).unwrap();
+    let e = rel_err(&host(&y), &attention_ref(&f64s(&x), Some(&mask), &p, batch));
+    assert!(e < TOL, "masked, fused: rel err {e}");
     let y = attn.forward(&upload(&x, &dev), None).unwrap();
     let e = rel_err(&host(&y), &attention_ref(&f64s(&x), None, &p, batch));
     assert!(e < TOL, "unmasked: rel err {e}");

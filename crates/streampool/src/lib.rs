@@ -67,6 +67,8 @@ pub use self::wgpu::{
     describe_adapters as wgpu_adapters, Quarantine as WgpuQuarantine, WgpuConfig,
 };
 pub use allocator::AllocatorStats;
+pub use cpu::intra_op::{cpu_threads, set_cpu_threads, CPU_THREADS_ENV};
+pub use cpu::profile::{cpu_kernel_profile, KernelTime, CPU_PROFILE_ENV};
 pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
 pub use disk_cache::{DiskCache, KernelCacheDir};
 pub use dtype::{DType, Element};

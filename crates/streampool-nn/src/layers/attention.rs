@@ -1,7 +1,7 @@
 //! Multi-head self-attention with its options: padding or causal mask, rotary positions, a
 //! score bias (relative positions), grouped-query heads, q/k RMSNorm.
 
-use streampool::{Device, Tensor};
+use streampool::{Device, DeviceKind, Tensor};
 
 use super::{Linear, LinearParams, RmsNorm};
 use crate::{ComputeDType, Error, Result};
@@ -352,6 +352,11 @@ pub struct MultiheadAttention {
     k_norm: Option<RmsNorm>,
     /// Half precision (fused kernel where the layer is plain).
     half: bool,
+    /// The device is the CPU, where plain f32 attention runs fused too (given a binary
+    /// mask): its kernel splits (sequence, head) pairs over the intra-op pool as two GEMMs
+    /// around a vectorized softmax, where the unfused path spent a tenth of a CPU forward in
+    /// copies and softmax.
+    cpu: bool,
 }
 
 impl MultiheadAttention {
@@ -467,6 +472,7 @@ impl MultiheadAttention {
             q_norm,
             k_norm,
             half: false,
+            cpu: device.kind() == DeviceKind::Cpu,
         })
     }
 
@@ -485,9 +491,10 @@ impl MultiheadAttention {
     }
 
     /// Whether this layer uses the fused attention kernel (and so a binary mask) when called
-    /// without a score bias: half precision, and none of the options the kernel lacks.
+    /// without a score bias: half precision or the CPU, and none of the options the kernel
+    /// lacks. Given an additive mask (causal, sliding window) any layer runs unfused.
     pub fn is_fused(&self) -> bool {
-        self.half && self.is_plain()
+        (self.half || self.cpu) && self.is_plain()
     }
 
     /// No grouped-query heads and no q/k norm (the fused kernel's case, given no bias at the
@@ -528,8 +535,9 @@ impl MultiheadAttention {
                 x.dims()
             )));
         }
-        // An additive mask (causal, sliding window) takes the unfused path even where the
-        // layer could fuse: the fused kernel masks padding only.
+        // Half layers fuse with a binary mask, and f32 CPU layers too; an additive mask
+        // (causal, sliding window, or the f32 path elsewhere) takes the unfused kernels: the
+        // fused kernel masks padding only.
         let fused =
             self.is_fused() && inputs.bias.is_none() && inputs.mask.is_none_or(|m| m.binary);
         if let Some(m) = inputs.mask {

@@ -49,7 +49,9 @@ impl BatchModel for EmbedBatch {
         let flat = if all_normalized {
             // The common case: pooled and normalized on the device (whatever the model's own
             // Normalize module says: the request asked for unit length).
-            self.embedder.embed_input_with(&input, true)?.to_vec::<f32>()?
+            self.embedder
+                .embed_input_with(&input, true)?
+                .to_vec::<f32>()?
         } else {
             self.embedder
                 .embed_input_with(&input, false)?

@@ -5,10 +5,12 @@
 //! | stream    | a worker thread running queued jobs in order ([`stream`])      |
 //! | event     | "this stream has finished `n` jobs" ([`progress`])            |
 //! | memory    | 64-byte-aligned heap blocks                                    |
-//! | kernels   | loops over slices, `matrixmultiply` for matmul ([`kernels`])   |
+//! | kernels   | vectorized loops and `gemm`, split over a shared pool ([`kernels`], [`intra_op`]) |
 
 mod half;
+pub(crate) mod intra_op;
 pub(crate) mod kernels;
+pub(crate) mod profile;
 pub(crate) mod progress;
 pub(crate) mod stream;
 

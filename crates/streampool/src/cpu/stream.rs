@@ -27,7 +27,9 @@ impl Job {
     fn run(self) {
         match self {
             // SAFETY: `launch`'s caller guarantees every pointer stays valid until this runs.
-            Job::Kernel(kernel) => unsafe { kernels::run(&kernel) },
+            Job::Kernel(kernel) => {
+                super::profile::timed(&kernel, || unsafe { kernels::run(&kernel) })
+            }
             Job::Call(f) => f(),
         }
     }

@@ -45,6 +45,10 @@ pub struct LoopResult {
     pub seconds: f64,
     /// Per-call latency percentiles.
     pub latency: Latency,
+    /// Threads of this process at the end of the warm-up, when every calling thread, stream
+    /// worker and pool thread of the point is alive (Linux; `None` elsewhere): the check that
+    /// N callers do not start N pools.
+    pub os_threads: Option<usize>,
 }
 
 impl LoopResult {
@@ -85,7 +89,7 @@ where
     let warm_end = start + window.warm;
     let deadline = warm_end + window.measure;
     let call = &call;
-    let per_thread = std::thread::scope(|s| -> Result<Vec<ThreadRun>> {
+    let per_thread = std::thread::scope(|s| -> Result<(Vec<ThreadRun>, Option<usize>)> {
         let handles: Vec<_> = (0..threads)
             .map(|thread| {
                 s.spawn(move || thread_loop(|i| call(thread, i), warm_end, deadline, window))
@@ -93,11 +97,14 @@ where
             .collect();
         std::thread::sleep(warm_end.saturating_duration_since(Instant::now()));
         on_warm_end();
-        handles
+        let os_threads = os_threads();
+        let runs = handles
             .into_iter()
             .map(|h| h.join().map_err(|_| anyhow!("a bench thread panicked"))?)
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok((runs, os_threads))
     })?;
+    let (per_thread, os_threads) = per_thread;
     let first = per_thread
         .iter()
         .filter_map(|p| p.first_start)
@@ -113,7 +120,17 @@ where
         calls: all.len() as u64,
         seconds: last.saturating_duration_since(first).as_secs_f64(),
         latency: Latency::of(&mut all),
+        os_threads,
     })
+}
+
+/// The number of threads of this process (`Threads:` of `/proc/self/status`; Linux only).
+pub fn os_threads() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 /// What one thread of [`closed_loop`] measured.

@@ -333,6 +333,8 @@ pub fn run(args: Args) -> Result<()> {
         device: dev.name(),
         date: report::utc_now(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        cpu_threads: (dev.kind() == streampool::DeviceKind::Cpu).then(streampool::cpu_threads),
+        host: Some(report::host_description()),
         results: Vec::new(),
         checks: Vec::new(),
         errors: Vec::new(),
@@ -344,6 +346,21 @@ pub fn run(args: Args) -> Result<()> {
             Ok(new) => {
                 for r in &new {
                     bar.suspend(|| eprintln!("  {}", one_line(r)));
+                }
+                // STREAMPOOL_CPU_PROFILE=1: where this point's time went, per CPU kernel
+                // (warm-up included), longest first.
+                let profile = streampool::cpu_kernel_profile();
+                let total: u128 = profile.iter().map(|k| k.total_ns).sum();
+                for k in profile.iter().take(14) {
+                    bar.suspend(|| {
+                        eprintln!(
+                            "      {:5.1}% {:>9.3} ms {:>7} x  {}",
+                            100.0 * k.total_ns as f64 / total.max(1) as f64,
+                            k.total_ns as f64 / 1e6,
+                            k.calls,
+                            k.label
+                        )
+                    });
                 }
                 report.results.extend(new);
             }

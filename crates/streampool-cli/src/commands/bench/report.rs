@@ -47,6 +47,9 @@ pub struct Record {
     /// `tiny-bert f32`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Threads of the whole process while the point ran (Linux), callers included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os_threads: Option<usize>,
     /// Batching: the queue's wait window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_wait_ms: Option<f64>,
@@ -151,12 +154,32 @@ pub struct Report {
     pub date: String,
     /// The command line.
     pub command: String,
+    /// CPU device: threads of the intra-op pool that every stream shares.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_threads: Option<usize>,
+    /// The host's CPU model and the cores this process may use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// The measured points.
     pub results: Vec<Record>,
     /// The targets checked from our figures alone (cross-system ones: `bench/compare.py`).
     pub checks: Vec<Check>,
     /// Points that failed, with their errors.
     pub errors: Vec<String>,
+}
+
+/// The host's CPU model (Linux `/proc/cpuinfo`) and the cores this process may use.
+pub fn host_description() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{model}, {cores} cores")
 }
 
 impl Report {

@@ -37,6 +37,7 @@ fn record(
         latency_ms: r.latency,
         calls: r.calls,
         seconds: r.seconds,
+        os_threads: r.os_threads,
         ..Record::default()
     }
 }

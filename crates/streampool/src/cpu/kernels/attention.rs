@@ -1,10 +1,23 @@
 //! Fused multi-head self-attention over a packed QKV projection.
 
 use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
 
-use super::{dst, src};
+use super::simd::{self, multiversion};
+use super::src;
 
-/// `Kernel::Attention` in `f32`, one query at a time (the reference for the CUDA kernel).
+/// `Kernel::Attention` in `f32`: one pool task per run of (sequence, head) pairs.
+///
+/// Per pair, the scores `q k^T` and the output `p v` are two single-threaded `gemm` calls
+/// that read the queries, keys and values in place from the QKV rows (strided) and write
+/// the output straight into its rows; between them a vectorized masked softmax over one
+/// `[seq, seq]` score block (a task's scratch, reused across its pairs). The first version,
+/// one query at a time with multiply-adds over `head_dim` rows of keys, ran at about 100
+/// GFLOP/s on 16 cores: load/store-bound where `gemm`'s register-blocked microkernel is not.
+///
+/// # Safety
+/// `qkv` is valid for `batch * seq * 3 * heads * head_dim` reads, `mask` for `batch * seq`,
+/// `out` for `batch * seq * heads * head_dim` writes.
 pub(super) unsafe fn attention(
     qkv: DevicePtr,
     mask: Option<DevicePtr>,
@@ -14,42 +27,128 @@ pub(super) unsafe fn attention(
     heads: usize,
     d: usize,
 ) {
-    let hidden = heads * d;
-    let width = 3 * hidden;
-    let x = src(qkv, batch * seq * width);
-    let y = dst(out, batch * seq * hidden);
+    if seq == 0 || d == 0 {
+        return;
+    }
     let mask = mask.map(|m| src(m, batch * seq));
-    let mut p = vec![0.0f32; seq];
-    for b in 0..batch {
-        let tok = |j: usize| &x[(b * seq + j) * width..(b * seq + j + 1) * width];
-        for h in 0..heads {
-            for i in 0..seq {
-                let q = &tok(i)[h * d..(h + 1) * d];
-                let mut max = f32::NEG_INFINITY;
-                for (j, pj) in p.iter_mut().enumerate() {
-                    let k = &tok(j)[hidden + h * d..hidden + (h + 1) * d];
-                    // A padded key scores f32::MIN: exp underflows to 0 unless every key is
-                    // padding, and then the row is uniform (Hugging Face's additive mask).
-                    *pj = match mask {
-                        Some(m) if m[b * seq + j] == 0.0 => f32::MIN,
-                        _ => q.iter().zip(k).map(|(a, b)| a * b).sum(),
-                    };
-                    max = max.max(*pj);
-                }
-                let mut sum = 0.0f64;
-                for pj in p.iter_mut() {
-                    *pj = (*pj - max).exp();
-                    sum += *pj as f64;
-                }
-                let inv = (1.0 / sum) as f32;
-                let yr = &mut y[(b * seq + i) * hidden + h * d..][..d];
-                yr.fill(0.0);
-                for (j, &pj) in p.iter().enumerate() {
-                    let v = &tok(j)[2 * hidden + h * d..2 * hidden + (h + 1) * d];
-                    yr.iter_mut().zip(v).for_each(|(o, &v)| *o += pj * v);
-                }
-                yr.iter_mut().for_each(|o| *o *= inv);
+    intra_op::for_ranges(batch * heads, 4 * seq * seq * d, |r| {
+        let mut scores = vec![0.0f32; seq * seq];
+        let mut keep = vec![0.0f32; seq];
+        for item in r {
+            let (b, h) = (item / heads, item % heads);
+            pair(qkv, mask, out, b, h, seq, heads, d, &mut scores, &mut keep);
+        }
+    });
+}
+
+/// One (sequence `b`, head `h`) pair of [`attention`].
+///
+/// # Safety
+/// As for [`attention`]; no other task writes this pair's outputs.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pair(
+    qkv: DevicePtr,
+    mask: Option<&[f32]>,
+    out: DevicePtr,
+    b: usize,
+    h: usize,
+    seq: usize,
+    heads: usize,
+    d: usize,
+    scores: &mut [f32],
+    keep: &mut [f32],
+) {
+    let hidden = heads * d;
+    let width = 3 * hidden as isize;
+    let base = (qkv.0 as *const f32).add(b * seq * 3 * hidden);
+    let (q, k, v) = (
+        base.add(h * d),
+        base.add(hidden + h * d),
+        base.add(2 * hidden + h * d),
+    );
+    // scores[i, j] = q_i . k_j: lhs q [seq, d] (row stride width), rhs k^T [d, seq] (element
+    // (c, j) at k + j * width + c). `gemm`'s strides are (column, row).
+    gemm::gemm(
+        seq,
+        seq,
+        d,
+        scores.as_mut_ptr(),
+        1,
+        seq as isize,
+        false,
+        q,
+        1,
+        width,
+        k,
+        width,
+        1,
+        0.0f32,
+        1.0f32,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    );
+    // 1 for keys that count, 0 for padding; every key when all are padding (a uniform row,
+    // as Hugging Face's additive `f32::MIN` mask gives).
+    let any = match mask {
+        Some(m) => {
+            let m = &m[b * seq..(b + 1) * seq];
+            keep.iter_mut()
+                .zip(m)
+                .for_each(|(k, &m)| *k = if m == 0.0 { 0.0 } else { 1.0 });
+            m.iter().any(|&m| m != 0.0)
+        }
+        None => {
+            keep.fill(1.0);
+            true
+        }
+    };
+    if any {
+        masked_softmax(scores, keep);
+    } else {
+        scores.fill(1.0 / seq as f32);
+    }
+    // out[i, h] = sum_j p[i, j] v_j, written in place into the output rows (stride hidden).
+    gemm::gemm(
+        seq,
+        d,
+        seq,
+        (out.0 as *mut f32).add(b * seq * hidden + h * d),
+        1,
+        hidden as isize,
+        false,
+        scores.as_ptr(),
+        1,
+        seq as isize,
+        v,
+        1,
+        width,
+        0.0f32,
+        1.0f32,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    );
+}
+
+multiversion! {
+    /// Softmax of every row of the `[seq, seq]` block over the keys with `keep[j] == 1`
+    /// (padding keys get exactly 0; `keep` has at least one 1).
+    unsafe fn masked_softmax(scores: &mut [f32], keep: &[f32]) {
+        let seq = keep.len();
+        for row in scores.chunks_exact_mut(seq) {
+            let mut max = f32::NEG_INFINITY;
+            for (&s, &k) in row.iter().zip(keep) {
+                max = max.max(if k != 0.0 { s } else { f32::NEG_INFINITY });
             }
+            // exp is finite for any input, so padding keys are exactly 0 after the product.
+            row.iter_mut()
+                .zip(keep)
+                .for_each(|(s, &k)| *s = simd::exp(*s - max) * k);
+            let inv = 1.0 / simd::sum_f64(row) as f32;
+            row.iter_mut().for_each(|s| *s *= inv);
         }
     }
 }

@@ -4,7 +4,8 @@
 use crate::backend::DevicePtr;
 use crate::kernel::GateActivation;
 
-use super::{dst, gelu, src};
+use super::simd::gelu;
+use super::{dst, src};
 
 /// `Kernel::GatedAct` in `f32`: `out[r, c] = act(x[r, c]) * x[r, cols + c]` (`cols > 0`).
 ///

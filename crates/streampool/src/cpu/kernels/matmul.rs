@@ -1,11 +1,21 @@
-//! Matrix products.
+//! Matrix products, through the `gemm` crate (vectorized for the host's instruction set,
+//! parallel over the intra-op pool).
+
+use std::ops::Range;
+
+use gemm::Parallelism;
 
 use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
 use crate::kernel::MatOperand;
 
-use super::{dst, src};
+use super::dst_at;
 
 /// `Kernel::Matmul` in `f32`: `out[b] = a[b] @ b[b] (+ bias)`.
+///
+/// A large product is cut into a grid of tiles, each a single-threaded `gemm` call on a
+/// pool thread; a batch of small ones (attention scores of the generic path, say) runs one
+/// product per pool task instead.
 ///
 /// # Safety
 /// The operands are valid for `[batch, m, k]` and `[batch, k, n]` under their strides, `out`
@@ -21,33 +31,132 @@ pub(super) unsafe fn matmul(
     n: usize,
     k: usize,
 ) {
-    for bi in 0..batch {
-        let pa = (a.ptr.0 as *const f32).add(bi * a.batch_stride);
-        let pb = (b.ptr.0 as *const f32).add(bi * b.batch_stride);
-        let pc = (out.0 as *mut f32).add(bi * m * n);
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            pa,
-            a.rs as isize,
-            a.cs as isize,
-            pb,
-            b.rs as isize,
-            b.cs as isize,
-            0.0,
-            pc,
-            n as isize,
-            1,
-        );
+    if batch == 0 || m == 0 || n == 0 {
+        return;
     }
-    if let Some(bias) = bias {
-        let bias = src(bias, n);
-        if n > 0 {
-            for row in dst(out, batch * m * n).chunks_exact_mut(n) {
-                row.iter_mut().zip(bias).for_each(|(y, &b)| *y += b);
-            }
+    let rows = batch * m;
+    // The bias goes in first and the GEMM accumulates onto it (`read_dst`): no second pass.
+    match bias {
+        Some(bias) => {
+            let bias = super::src(bias, n);
+            intra_op::for_ranges(rows, n, |r| {
+                for row in dst_at(out, r.start * n, r.len() * n).chunks_exact_mut(n) {
+                    row.copy_from_slice(bias);
+                }
+            });
         }
+        // `gemm` with k == 0 and `read_dst` off leaves the output alone: zero it ourselves.
+        None if k == 0 => {
+            intra_op::for_ranges(rows, n, |r| dst_at(out, r.start * n, r.len() * n).fill(0.0))
+        }
+        None => {}
     }
+    if k == 0 {
+        return;
+    }
+    let read_dst = bias.is_some();
+    // One tile of one product: rows `i` x columns `j` of `out[bi]`, single-threaded in `gemm`
+    // (packing and its vectorized microkernel) or spread by `gemm` itself.
+    let tile = |bi: usize, i: Range<usize>, j: Range<usize>, par: Parallelism| {
+        let pa = (a.ptr.0 as *const f32).add(bi * a.batch_stride + i.start * a.rs);
+        let pb = (b.ptr.0 as *const f32).add(bi * b.batch_stride + j.start * b.cs);
+        let pc = (out.0 as *mut f32).add(bi * m * n + i.start * n + j.start);
+        // dst = 1 * dst + 1 * (a @ b) when read_dst, else a @ b. Strides are (col, row).
+        gemm::gemm(
+            i.len(),
+            j.len(),
+            k,
+            pc,
+            1,
+            n as isize,
+            read_dst,
+            pa,
+            a.cs as isize,
+            a.rs as isize,
+            pb,
+            b.cs as isize,
+            b.rs as isize,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            par,
+        );
+    };
+    let per_product = m.saturating_mul(n).saturating_mul(k);
+    let threads = intra_op::pool().map_or(1, |p| p.current_num_threads());
+    if per_product < gemm::get_threading_threshold() || threads == 1 {
+        // Products too small to split (or no pool): one per task, if there are several.
+        // Sending raw pointers across threads is sound: every task writes its own
+        // `out[bi]` block only.
+        let tile = &tile;
+        intra_op::for_ranges(batch, per_product, |r| {
+            for bi in r {
+                tile(bi, 0..m, 0..n, Parallelism::None);
+            }
+        });
+    } else if gemm_threads() {
+        intra_op::run(usize::MAX, || {
+            for bi in 0..batch {
+                tile(bi, 0..m, 0..n, Parallelism::Rayon(0));
+            }
+        });
+    } else {
+        // Our own split: a grid of tiles, each a single-threaded `gemm`, a few per pool
+        // thread. Rows split first (each tile packs its own slice of `b`, a cost of one row
+        // block per tile: small against the tile's product); columns once rows run out (a
+        // batch-1 forward has 32 rows). bench/results/cpu-2026-11-24-s6 compares the two
+        // splits on a 16-core Xeon.
+        let (per_thread, min_rows) = tiling();
+        let (pm, pn) = grid(m, n, per_thread * threads, min_rows);
+        let (bm, bn) = (m.div_ceil(pm), n.div_ceil(pn));
+        let tiles = batch * pm * pn;
+        let tile = &tile;
+        intra_op::for_ranges(tiles, per_product / (pm * pn), |r| {
+            for t in r {
+                let (bi, rest) = (t / (pm * pn), t % (pm * pn));
+                let (ti, tj) = (rest / pn, rest % pn);
+                let i = ti * bm..((ti + 1) * bm).min(m);
+                let j = tj * bn..((tj + 1) * bn).min(n);
+                if !i.is_empty() && !j.is_empty() {
+                    tile(bi, i, j, Parallelism::None);
+                }
+            }
+        });
+    }
+}
+
+/// Row and column blocks for about `tasks` tiles of an `m x n` product: rows in blocks of at
+/// least `min_rows`, then columns in blocks of at least 64 (narrower tiles waste `gemm`'s
+/// register-blocked microkernel).
+fn grid(m: usize, n: usize, tasks: usize, min_rows: usize) -> (usize, usize) {
+    let pm = m.div_ceil(min_rows.max(1)).clamp(1, tasks.max(1));
+    let pn = (tasks / pm).clamp(1, n.div_ceil(64).max(1));
+    (pm, pn)
+}
+
+/// Tiles per pool thread and the fewest rows per tile: 4 and 32 (the best of six settings
+/// swept on a 16-core Xeon, bench/results/cpu-2026-11-24-s6/tiles.log) unless
+/// `STREAMPOOL_CPU_GEMM_TILES=PER_THREAD,MIN_ROWS` says otherwise (a tuning knob for new
+/// hosts; `scripts/device/cpu-gemm-tiles.sh` sweeps it).
+fn tiling() -> (usize, usize) {
+    static TILING: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *TILING.get_or_init(|| {
+        std::env::var("STREAMPOOL_CPU_GEMM_TILES")
+            .ok()
+            .and_then(|v| {
+                let (a, b) = v.split_once(',')?;
+                Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+            })
+            .filter(|&(a, b): &(usize, usize)| a > 0 && b > 0)
+            .unwrap_or((4, 32))
+    })
+}
+
+/// `STREAMPOOL_CPU_GEMM=gemm`: large products split by the `gemm` crate's own rayon code
+/// instead of our grid of single-threaded tiles (kept to compare the two on new hosts).
+fn gemm_threads() -> bool {
+    static GEMM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GEMM.get_or_init(|| std::env::var("STREAMPOOL_CPU_GEMM").is_ok_and(|v| v == "gemm"))
 }

@@ -1,7 +1,8 @@
 //! The CPU backend's kernels, one module per family; [`run`] dispatches a [`Kernel`] to them.
 //!
-//! Each stream's worker runs its kernels single-threaded: streams are the parallelism. Half
-//! kernels run as their `f32` versions on widened copies ([`super::half`]).
+//! A stream's worker runs each kernel, handing the pieces of a large one to the intra-op pool
+//! ([`super::intra_op`]); inner loops are vectorized for the host's instruction set
+//! ([`simd`]). Half kernels run as their `f32` versions on widened copies ([`super::half`]).
 
 mod attention;
 mod elementwise;
@@ -12,6 +13,7 @@ mod pool;
 mod reduce;
 mod rms_norm;
 mod rope;
+pub(crate) mod simd;
 mod strided;
 
 use crate::backend::DevicePtr;
@@ -27,6 +29,15 @@ unsafe fn src<'a>(ptr: DevicePtr, len: usize) -> &'a [f32] {
 /// `ptr` is valid for `len` writes of `f32` and no one else accesses it meanwhile.
 unsafe fn dst<'a>(ptr: DevicePtr, len: usize) -> &'a mut [f32] {
     std::slice::from_raw_parts_mut(ptr.0 as *mut f32, len)
+}
+
+/// `len` elements of `f32` from element `start` of `ptr`: a task's own piece of an output.
+/// Tasks of one kernel take disjoint pieces, so no two `&mut` slices overlap.
+///
+/// # Safety
+/// `ptr` is valid for `start + len` writes of `f32` and no one else accesses this piece.
+unsafe fn dst_at<'a>(ptr: DevicePtr, start: usize, len: usize) -> &'a mut [f32] {
+    std::slice::from_raw_parts_mut((ptr.0 as *mut f32).add(start), len)
 }
 
 /// Runs one kernel on the calling thread.
@@ -170,10 +181,4 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             ..
         } => gated::gated_act(*x, *out, *rows, *cols, *act),
     }
-}
-
-/// GELU in its exact (erf) form, as BERT uses it.
-#[inline]
-pub(crate) fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
 }

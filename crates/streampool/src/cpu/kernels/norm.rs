@@ -1,29 +1,39 @@
-//! Row normalizations: softmax and (residual +) LayerNorm.
+//! Row normalizations: softmax and (residual +) LayerNorm, one run of rows per task.
 
 use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
 
-use super::{dst, src};
+use super::simd::{self, multiversion};
+use super::{dst_at, src};
 
 /// `Kernel::Softmax` in `f32` over rows of `cols` (`cols > 0`).
 ///
 /// # Safety
 /// `x` is valid for `rows * cols` reads and `out` for as many writes.
 pub(super) unsafe fn softmax(x: DevicePtr, out: DevicePtr, rows: usize, cols: usize) {
-    let (x, y) = (src(x, rows * cols), dst(out, rows * cols));
-    for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
-        let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        // f64 accumulation: an f32 running sum drifts past 1e-5 on long rows.
-        let mut sum = 0.0f64;
-        for (y, &x) in yr.iter_mut().zip(xr) {
-            *y = (x - max).exp();
-            sum += *y as f64;
+    let n = rows * cols;
+    intra_op::for_ranges(rows, 8 * cols, |r| {
+        let x = &src(x, n)[r.start * cols..r.end * cols];
+        softmax_rows(x, dst_at(out, r.start * cols, r.len() * cols), cols)
+    });
+}
+
+multiversion! {
+    unsafe fn softmax_rows(x: &[f32], y: &mut [f32], cols: usize) {
+        for (xr, yr) in x.chunks_exact(cols).zip(y.chunks_exact_mut(cols)) {
+            let max = simd::max(xr);
+            yr.iter_mut()
+                .zip(xr)
+                .for_each(|(y, &x)| *y = simd::exp(x - max));
+            // The sum in f64: an f32 running sum drifts past 1e-5 on long rows.
+            let inv = (1.0 / simd::sum_f64(yr)) as f32;
+            yr.iter_mut().for_each(|y| *y *= inv);
         }
-        let inv = (1.0 / sum) as f32;
-        yr.iter_mut().for_each(|y| *y *= inv);
     }
 }
 
 /// `Kernel::LayerNorm` in `f32`: `out = layer_norm(x + residual) * gamma + beta` per row.
+/// Statistics are accumulated in `f64` (exact enough for any row width, and still vectorized).
 ///
 /// # Safety
 /// `x`, `residual` (if any) are valid for `rows * cols` reads, `gamma` and `beta` for `cols`
@@ -40,23 +50,45 @@ pub(super) unsafe fn layer_norm(
     eps: f32,
 ) {
     let (n, c) = (rows * cols, cols);
-    let (x, y) = (src(x, n), dst(out, n));
-    let res = residual.map(|r| src(r, n));
+    if c == 0 {
+        return;
+    }
     let (g, bt) = (src(gamma, c), src(beta, c));
-    for r in 0..rows {
-        let yr = &mut y[r * c..(r + 1) * c];
-        yr.copy_from_slice(&x[r * c..(r + 1) * c]);
-        if let Some(res) = res {
+    intra_op::for_ranges(rows, 4 * c, |r| {
+        let x = &src(x, n)[r.start * c..r.end * c];
+        let res = residual.map(|p| &src(p, n)[r.start * c..r.end * c]);
+        layer_norm_rows(x, res, g, bt, dst_at(out, r.start * c, r.len() * c), eps)
+    });
+}
+
+multiversion! {
+    unsafe fn layer_norm_rows(
+        x: &[f32],
+        res: Option<&[f32]>,
+        g: &[f32],
+        bt: &[f32],
+        y: &mut [f32],
+        eps: f32,
+    ) {
+        let c = g.len();
+        for (i, yr) in y.chunks_exact_mut(c).enumerate() {
+            let xr = &x[i * c..(i + 1) * c];
+            match res {
+                Some(res) => yr
+                    .iter_mut()
+                    .zip(xr)
+                    .zip(&res[i * c..(i + 1) * c])
+                    .for_each(|((y, &x), &r)| *y = x + r),
+                None => yr.copy_from_slice(xr),
+            }
+            let mean = simd::sum_f64(yr) / c as f64;
+            let var = simd::sq_dev_f64(yr, mean) / c as f64;
+            let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+            let mean = mean as f32;
             yr.iter_mut()
-                .zip(&res[r * c..(r + 1) * c])
-                .for_each(|(y, &r)| *y += r);
-        }
-        // f64 accumulation keeps the statistics accurate for wide rows at no real cost.
-        let mean = yr.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
-        let var = yr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / c as f64;
-        let inv = 1.0 / (var + eps as f64).sqrt();
-        for ((y, &g), &b) in yr.iter_mut().zip(g).zip(bt) {
-            *y = ((*y as f64 - mean) * inv) as f32 * g + b;
+                .zip(g)
+                .zip(bt)
+                .for_each(|((y, &g), &b)| *y = (*y - mean) * inv * g + b);
         }
     }
 }

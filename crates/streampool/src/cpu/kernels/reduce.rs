@@ -1,11 +1,13 @@
 //! Reductions over one axis.
 
 use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
 use crate::kernel::ReduceOp;
 
-use super::{dst, src};
+use super::{dst_at, src};
 
-/// `Kernel::Reduce` in `f32` over the middle axis of `[outer, axis, inner]`.
+/// `Kernel::Reduce` in `f32` over the middle axis of `[outer, axis, inner]`; outputs are
+/// split over the intra-op pool.
 ///
 /// # Safety
 /// `x` is valid for `outer * axis * inner` reads and `out` for `outer * inner` writes.
@@ -17,22 +19,25 @@ pub(super) unsafe fn reduce(
     axis: usize,
     inner: usize,
 ) {
-    if outer * inner == 0 {
+    let outputs = outer * inner;
+    if outputs == 0 {
         // An empty output; the input's `outer * axis * inner` need not even fit a usize.
         return;
     }
-    let (x, y) = (src(x, outer * axis * inner), dst(out, outer * inner));
-    for o in 0..outer {
-        for i in 0..inner {
+    intra_op::for_ranges(outputs, axis, |r| {
+        let x = src(x, outer * axis * inner);
+        let y = dst_at(out, r.start, r.len());
+        for oi in r.clone() {
+            let (o, i) = (oi / inner, oi % inner);
             let vals = (0..axis).map(|a| x[(o * axis + a) * inner + i]);
             // Sums accumulate in f64: an f32 running sum of 2^20 positive values
             // is off by more than 1e-5 relative.
             let sum = || vals.clone().map(f64::from).sum::<f64>();
-            y[o * inner + i] = match op {
+            y[oi - r.start] = match op {
                 ReduceOp::Sum => sum() as f32,
                 ReduceOp::Mean => (sum() / axis as f64) as f32,
                 ReduceOp::Max => vals.clone().fold(f32::NEG_INFINITY, f32::max),
             };
         }
-    }
+    });
 }

@@ -1,42 +1,49 @@
-//! Kernels over strided views: gathers and broadcasting binary ops.
+//! Kernels over strided views: gathers and broadcasting binary ops, split by rows of the
+//! innermost dimension over the intra-op pool.
+
+use std::ops::Range;
 
 use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
 use crate::kernel::{BinaryOp, Strided};
 
-use super::{dst, src};
+use super::{dst_at, src};
 
-/// Calls `f(outer_offsets, inner_len)` for every run of the innermost dimension of `shape`,
-/// with each operand's element offset at the start of that run.
-fn for_each_row<const N: usize>(
+/// The number of runs of the innermost dimension of `shape` and their length (a scalar is
+/// one run of one; a shape with a zero has no runs).
+fn rows_of(shape: &[usize]) -> (usize, usize) {
+    match shape.split_last() {
+        None => (1, 1),
+        Some((&inner, outer)) if inner > 0 => (outer.iter().product(), inner),
+        Some(_) => (0, 0),
+    }
+}
+
+/// Calls `f(row, outer_offsets)` for the runs `rows` of the innermost dimension of `shape`
+/// (numbered in row-major order), with each operand's element offset at the start of the run.
+fn for_rows<const N: usize>(
     shape: &[usize],
     strides: [&[usize]; N],
-    mut f: impl FnMut([usize; N], usize),
+    rows: Range<usize>,
+    mut f: impl FnMut(usize, [usize; N]),
 ) {
-    let rank = shape.len();
-    if rank == 0 {
-        f([0; N], 1);
-        return;
+    let outer = &shape[..shape.len().saturating_sub(1)];
+    // The multi-index of the first run, then an odometer over the outer dimensions.
+    let mut idx = vec![0usize; outer.len()];
+    let mut rest = rows.start;
+    for (d, &n) in outer.iter().enumerate().rev() {
+        idx[d] = rest % n;
+        rest /= n;
     }
-    if shape.contains(&0) {
-        return;
-    }
-    let inner = shape[rank - 1];
-    let mut idx = vec![0usize; rank - 1];
-    loop {
+    for row in rows {
         let mut offs = [0usize; N];
         for (o, s) in offs.iter_mut().zip(strides.iter()) {
             *o = idx.iter().zip(s.iter()).map(|(i, s)| i * s).sum();
         }
-        f(offs, inner);
-        // Odometer increment over the outer dimensions.
-        let mut d = rank - 1;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
+        f(row, offs);
+        for d in (0..outer.len()).rev() {
             idx[d] += 1;
-            if idx[d] < shape[d] {
+            if idx[d] < outer[d] {
                 break;
             }
             idx[d] = 0;
@@ -44,22 +51,28 @@ fn for_each_row<const N: usize>(
     }
 }
 
+/// `Kernel::Copy`: gathers a strided view into contiguous `out`.
+///
+/// # Safety
+/// `s` is valid for reads over `shape` under its strides and `out` for the shape's element
+/// count of writes of `elem_size` bytes.
 pub(super) unsafe fn copy(s: &Strided, shape: &[usize], out: DevicePtr, elem_size: usize) {
-    unsafe fn gather<T: Copy>(s: &Strided, shape: &[usize], out: DevicePtr) {
-        let rank = shape.len();
-        let inner_stride = if rank == 0 { 1 } else { s.strides[rank - 1] };
-        let base = s.ptr.0 as *const T;
-        let mut y = out.0 as *mut T;
-        for_each_row(shape, [&s.strides], |[off], inner| {
-            let row = base.add(off);
-            if inner_stride == 1 {
-                std::ptr::copy_nonoverlapping(row, y, inner);
-            } else {
-                for i in 0..inner {
-                    *y.add(i) = *row.add(i * inner_stride);
+    unsafe fn gather<T: Copy + Send + Sync>(s: &Strided, shape: &[usize], out: DevicePtr) {
+        let (rows, inner) = rows_of(shape);
+        let inner_stride = shape.len().checked_sub(1).map_or(1, |d| s.strides[d]);
+        let (base, y) = (s.ptr.0 as usize, out.0 as usize);
+        intra_op::for_ranges(rows, inner, |r| {
+            for_rows(shape, [&s.strides], r, |row, [off]| {
+                let src = (base as *const T).add(off);
+                let dst = (y as *mut T).add(row * inner);
+                if inner_stride == 1 {
+                    std::ptr::copy_nonoverlapping(src, dst, inner);
+                } else {
+                    for i in 0..inner {
+                        *dst.add(i) = *src.add(i * inner_stride);
+                    }
                 }
-            }
-            y = y.add(inner);
+            })
         });
     }
     match elem_size {
@@ -71,6 +84,11 @@ pub(super) unsafe fn copy(s: &Strided, shape: &[usize], out: DevicePtr, elem_siz
     }
 }
 
+/// `Kernel::Binary` in `f32`, broadcasting through zero strides.
+///
+/// # Safety
+/// `a` and `b` are valid for reads over `shape` under their strides, `out` for the shape's
+/// element count of writes.
 pub(super) unsafe fn binary(
     op: BinaryOp,
     a: &Strided,
@@ -85,20 +103,31 @@ pub(super) unsafe fn binary(
         BinaryOp::Div => |x, y| x / y,
         BinaryOp::Max => f32::max,
     };
-    let rank = shape.len();
-    let (sa, sb) = if rank == 0 {
-        (0, 0)
-    } else {
-        (a.strides[rank - 1], b.strides[rank - 1])
-    };
-    let (pa, pb) = (a.ptr.0 as *const f32, b.ptr.0 as *const f32);
-    let mut y = out.0 as *mut f32;
-    for_each_row(shape, [&a.strides, &b.strides], |[oa, ob], inner| {
-        let (ra, rb) = (pa.add(oa), pb.add(ob));
-        for i in 0..inner {
-            *y.add(i) = f(*ra.add(i * sa), *rb.add(i * sb));
-        }
-        y = y.add(inner);
+    let (rows, inner) = rows_of(shape);
+    let last = shape.len().checked_sub(1);
+    let (sa, sb) = last.map_or((0, 0), |d| (a.strides[d], b.strides[d]));
+    let (pa, pb) = (a.ptr.0 as usize, b.ptr.0 as usize);
+    intra_op::for_ranges(rows, inner, |r| {
+        let y = dst_at(out, r.start * inner, r.len() * inner);
+        let first = r.start;
+        for_rows(shape, [&a.strides, &b.strides], r, |row, [oa, ob]| {
+            let (ra, rb) = ((pa as *const f32).add(oa), (pb as *const f32).add(ob));
+            let y = &mut y[(row - first) * inner..][..inner];
+            if sa == 1 && sb == 1 {
+                let (ra, rb) = (
+                    src(DevicePtr(ra as u64), inner),
+                    src(DevicePtr(rb as u64), inner),
+                );
+                y.iter_mut()
+                    .zip(ra)
+                    .zip(rb)
+                    .for_each(|((y, &a), &b)| *y = f(a, b));
+            } else {
+                for (i, y) in y.iter_mut().enumerate() {
+                    *y = f(*ra.add(i * sa), *rb.add(i * sb));
+                }
+            }
+        })
     });
 }
 
@@ -118,13 +147,15 @@ pub(super) unsafe fn index_select(
 ) {
     let ids = std::slice::from_raw_parts(ids.0 as *const i64, n_ids);
     let table = src(table, table_rows * row_len);
-    let y = dst(out, n_ids * row_len);
-    for (yr, &id) in y.chunks_exact_mut(row_len).zip(ids) {
-        if id < 0 || id as usize >= table_rows {
-            yr.fill(0.0);
-        } else {
-            let id = id as usize;
-            yr.copy_from_slice(&table[id * row_len..(id + 1) * row_len]);
+    intra_op::for_ranges(n_ids, row_len, |r| {
+        let y = dst_at(out, r.start * row_len, r.len() * row_len);
+        for (yr, &id) in y.chunks_exact_mut(row_len).zip(&ids[r]) {
+            if id < 0 || id as usize >= table_rows {
+                yr.fill(0.0);
+            } else {
+                let id = id as usize;
+                yr.copy_from_slice(&table[id * row_len..(id + 1) * row_len]);
+            }
         }
-    }
+    });
 }
