@@ -5,6 +5,10 @@ MiniLM: ours forward (pre-tokenized), ours end to end, PyTorch forward, sentence
 `encode` fp16, with ratios and MFU. Prints Markdown (paste it into bench/README.md).
 
 Usage: python3 bench/compare.py [DIR]            reads DIR/streampool.json, DIR/pytorch.json
+       python3 bench/compare.py --compiled FILE...  (issue 20) ours f16 forward against
+                                                  PyTorch eager and torch.compile per point,
+                                                  from streampool JSON and torch_baseline.py's
+                                                  pytorch.json or pytorch-compiled.jsonl
        python3 bench/compare.py OURS.json TORCH.json
        python3 bench/compare.py --dtypes FILE...  only the dtype table, from any mix of
                                                   streampool JSON (one per dtype or one with
@@ -163,8 +167,89 @@ def print_checks(checks):
         print(f"| {name} | {v:.2f} | {need:g} | {'PASS' if v >= need else 'FAIL'} |")
 
 
+# Issue 20's targets: ours / the best PyTorch mode, per tokens (None: the mixed workload).
+COMPILED_TARGETS = {32: 1.5, 128: 1.3, 256: 1.2, 512: 1.2}
+
+
+def load_any(path):
+    """A JSON report, or a JSON-lines file of records (pytorch-compiled.jsonl)."""
+    if path.endswith(".jsonl"):
+        with open(path) as f:
+            return {"results": [json.loads(l) for l in f if l.strip()], "system": "pytorch"}
+    return load(path)
+
+
+def compiled_table(files, dtype="f16"):
+    """ours f16 forward (and, for the mixed workload, our padded path) against PyTorch eager
+    and each torch.compile mode, the ratio to the best PyTorch mode per point, and the
+    targets of issue 20. Returns the target checks."""
+    ours, torch_modes = {}, {}
+    for f in files:
+        for r in f.get("results", []):
+            w = r.get("workload", "")
+            if not w.startswith("minilm") or dtype_of(r) != dtype:
+                continue
+            key = (w, r["batch"])
+            if r.get("system", f.get("system")) == "streampool":
+                if r["scenario"] in ("forward", "forward-padded"):
+                    ours.setdefault(key, {})[r["scenario"]] = r["throughput_per_s"]
+            elif r["scenario"] == "compiled":
+                torch_modes.setdefault(key, {})[r["mode"]] = r["throughput_per_s"]
+    if not torch_modes:
+        return []
+    known = ["eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+    seen = {m for v in torch_modes.values() for m in v}
+    rank = lambda m: (known.index(m.split(" ")[0]) if m.split(" ")[0] in known else len(known), m)
+    modes = sorted(seen, key=rank)
+
+    def order(k):
+        w, b = k
+        n = w[len("minilm"):]
+        return (1, 0, b) if n == "-mix" else (0, int(n), b)
+
+    print(f"### MiniLM {dtype}: ours against PyTorch eager and torch.compile (sentences/s)\n")
+    print("ours: `streampool bench --scenarios forward` (upload ids + forward + pool + normalize + "
+          "read-back; minilm-mix: packed, and padded to the longest). PyTorch: the HF forward (sdpa) "
+          "+ pool + normalize on inputs already on the GPU, no read-back, one function compiled per "
+          "shape (`bench/torch_baseline.py --compile-modes`); minilm-mix padded to the batch's longest.\n")
+    print("| workload | batch | ours | ours padded | " + " | ".join(f"torch {m}" for m in modes) +
+          " | best torch | ours / best | target |")
+    print("|---|---:|---:|---:|" + "---:|" * len(modes) + "---|---:|---|")
+    checks = []
+    for key in sorted(set(ours) | set(torch_modes), key=order):
+        w, b = key
+        o = ours.get(key, {})
+        t = torch_modes.get(key, {})
+        best_mode = max(t, key=t.get) if t else None
+        best = t.get(best_mode) if best_mode else None
+        fwd, padded = o.get("forward"), o.get("forward-padded")
+        n = w[len("minilm"):]
+        need = 2.0 if n == "-mix" else COMPILED_TARGETS.get(int(n))
+        verdict = "-"
+        if need and fwd is not None and best:
+            verdict = f"{need:g}x {'PASS' if fwd / best >= need else 'FAIL'}"
+            checks.append((f"{w} batch {b}: ours >= {need:g}x the best PyTorch ({best_mode}: "
+                           f"{rate(fwd)} vs {rate(best)})", fwd / best, need))
+        if n == "-mix" and fwd is not None and padded:
+            checks.append((f"{w} batch {b}: packed >= 1.3x our padded ({rate(fwd)} vs {rate(padded)})",
+                           fwd / padded, 1.3))
+        print(f"| {w} | {b} | {rate(fwd)} | {rate(padded)} | " +
+              " | ".join(rate(t.get(m)) for m in modes) +
+              f" | {best_mode or '-'} | {ratio(fwd, best)} | {verdict} |")
+    print()
+    return checks
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--compiled":
+        missing = [p for p in args[1:] if not os.path.exists(p)]
+        if missing:
+            print(f"(not found, left out: {', '.join(missing)})\n")
+        checks = compiled_table([load_any(p) for p in args[1:] if os.path.exists(p)])
+        if checks:
+            print_checks(checks)
+        return
     if args and args[0] == "--dtypes":
         files = [load(p) for p in args[1:]]
         checks = dtype_table(files)

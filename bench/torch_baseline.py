@@ -28,6 +28,20 @@ record), for the minilm workloads:
              included) at the same batches: what a user who wants speed runs.
 --dtype-only runs just these (no MLP, no fp32 sentence-transformers sweep).
 
+torch.compile (issue 20; --compile-modes eager,default,reduce-overhead[,max-autotune]), scenario
+"compiled", one record per mode (field "mode"), dtype --compile-dtype (default f16):
+  the HF BertModel (sdpa) and mean-pool + normalize in one function, compiled per shape
+  (`dynamic=False`; "eager" is the same function uncompiled; a batch without padding runs
+  both without the attention mask, mode label "MODE (no mask)", and with it, label "MODE":
+  --mask-variants none|mask|both); the token ids and mask are on
+  the GPU before the loop (no upload, no read-back: each call ends with a synchronize), which
+  favours PyTorch against ours (which uploads and reads back). Points: --compile-seqs x
+  --forward-batches fixed-length batches (workloads minilmN), and with --mix the mixed-length
+  workload "minilm-mix": sentence i has mix_lengths()[i] tokens (fixed seed, 8-256 tokens,
+  long-tailed; the same formula as `streampool bench`), padded to the batch's longest, as a
+  PyTorch user batches them. Each record has "compile_s" (the first call, compile included).
+--compiled-only runs just these.
+
 Every point: warm-up, then a fixed window; throughput in rows (MLP rows or sentences) per
 second, latency per call in ms (p50/p90/p99, nearest rank).
 
@@ -63,6 +77,26 @@ def sentence(i, seq):
     """Sentence i of exactly `seq` tokens ([CLS] + seq-2 one-token words + [SEP]); the same
     formula as crates/streampool-cli/src/commands/bench/workloads.rs."""
     return " ".join(WORDS[(i * 7 + k * 3 + (i // 16) * k) % len(WORDS)] for k in range(seq - 2))
+
+
+M64 = (1 << 64) - 1
+# The mixed-length workload (issue 20): lengths in [MIX_MIN, MIX_MAX], long-tailed.
+MIX_MIN, MIX_MAX, MIX_SEED = 8, 256, 20
+
+
+def mix_lengths(n, seed=MIX_SEED):
+    """Token counts of the mixed-length workload's sentences 0..n: 8 + floor(249 u^3) with u
+    uniform in [0, 1) from the 64-bit LCG of workloads.rs (`values`): median 39 tokens, mean
+    70, one in five over 128. The same formula as `mix_lengths` in
+    crates/streampool-cli/src/commands/bench/workloads.rs (identical integers: u has 24 bits,
+    the product is evaluated in the same order in f64)."""
+    s = (seed * 6364136223846793005 + 1442695040888963407) & M64
+    out = []
+    for _ in range(n):
+        s = (s * 6364136223846793005 + 1442695040888963407) & M64
+        u = (s >> 40) / float(1 << 24)
+        out.append(MIX_MIN + int((MIX_MAX - MIX_MIN + 1) * u * u * u))
+    return out
 
 
 def percentiles(samples_ns):
@@ -254,6 +288,99 @@ def dtype_points(a, dev, dev_name, gpu, dtypes, seqs, batches, warm, seconds, lo
     del st
 
 
+def compiled_points(a, dev, dev_name, dtype, modes, seqs, batches, mix, warm, seconds, log):
+    """torch.compile'd forward + mean-pool + normalize per mode x shape (see the module doc).
+    Inputs live on the GPU; one call is one batch, ended by a synchronize."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(a.minilm)
+    tdtype, tf32 = DTYPES[dtype]
+    set_tf32(tf32)
+    model = AutoModel.from_pretrained(a.minilm, dtype=getattr(torch, tdtype),
+                                      attn_implementation="sdpa").to(dev).eval()
+
+    def embed(ids, mask, model_mask):
+        out = model(input_ids=ids, attention_mask=model_mask).last_hidden_state
+        w = mask.unsqueeze(-1).to(out.dtype)
+        pooled = (out * w).sum(1) / w.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled.float(), dim=-1)
+
+    shapes = []  # (workload, batch, texts, padded length)
+    for seq in seqs:
+        for b in batches:
+            shapes.append((f"minilm{seq}", b, [sentence(i, seq) for i in range(b)], seq))
+    if mix:
+        for b in batches:
+            lens = mix_lengths(b)
+            shapes.append(("minilm-mix", b, [sentence(i, n) for i, n in enumerate(lens)], max(lens)))
+    inputs = {}
+    for w, b, texts, seq in shapes:
+        enc = tok(texts, padding=True, truncation=True, max_length=max(seq, 8), return_tensors="pt")
+        assert enc["input_ids"].shape[1] == seq, f"{w}: padded to {enc['input_ids'].shape[1]}, expected {seq}"
+        if w == "minilm-mix":
+            got = enc["attention_mask"].sum(1).tolist()
+            assert got == mix_lengths(b), "mixed sentences must have exactly their lengths"
+        inputs[(w, b)] = (enc["input_ids"].to(dev), enc["attention_mask"].to(dev),
+                          int(enc["attention_mask"].sum()))
+    # (mode, pass the mask on fixed-length batches), per --mask-variants.
+    variants = ([(m, True) for m in modes] if a.mask_variants in ("mask", "both") else []) + \
+               ([(m, False) for m in modes] if a.mask_variants in ("none", "both") else [])
+    done = set()
+    for mode, masked in variants:
+        for w, b, _texts, seq in shapes:
+            if w == "minilm-mix" and (mode, w, b) in done:
+                continue  # always masked: one run per mode
+            done.add((mode, w, b))
+            ids, mask, tokens = inputs[(w, b)]
+            torch._dynamo.reset()
+            fn = embed if mode == "eager" else torch.compile(embed, mode=None if mode == "default" else mode,
+                                                            dynamic=False)
+            step = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+
+            # A batch without padding may run with no attention mask (the same result as an
+            # all-ones mask: HF then builds none). Eager ran about alike either way on the
+            # H100, the compiled modes 1.8-20x slower without it (2026-11-24), so both forms
+            # are measured (--mask-variants) and the best counts.
+            model_mask = mask if (masked or w == "minilm-mix") else None
+
+            def call(_i, fn=fn, ids=ids, mask=mask, model_mask=model_mask):
+                with torch.inference_mode():
+                    if step is not None and mode in ("reduce-overhead", "max-autotune"):
+                        step()
+                    fn(ids, mask, model_mask)
+                torch.cuda.synchronize(dev)
+
+            try:
+                t0 = time.perf_counter()
+                call(0)
+                compile_s = time.perf_counter() - t0
+                # Reduce-overhead records its CUDA graph on the calls after the first.
+                for _ in range(3):
+                    call(0)
+                n, secs, lat, err = closed_loop(1, warm, seconds, lambda t, call=call: call)
+            except Exception as e:  # a mode that fails at one shape is reported, not fatal
+                print(f"    compiled {mode} {w} batch {b}: FAILED {type(e).__name__}: {e}"[:400],
+                      file=sys.stderr, flush=True)
+                continue
+            # Both forms of a fixed-length batch are measured as separate modes (with the
+            # mask, compiled modes ran 1.8-20x faster on the H100, 2026-11-24; without it,
+            # eager did): the best of them is PyTorch's figure.
+            label = mode if model_mask is not None or w == "minilm-mix" else f"{mode} (no mask)"
+            r = record(dev_name, w, "compiled", b, n, secs, lat, threads=1, dtype=dtype, mode=label,
+                       tokens=seq, real_tokens=tokens, compile_s=round(compile_s, 2),
+                       model_mask=model_mask is not None,
+                       model="all-MiniLM-L6-v2 (transformers, sdpa)", errors=err or None)
+            log(r)
+            # Also line by line, so a run cut short by a time limit keeps its points.
+            os.makedirs(a.out, exist_ok=True)
+            with open(os.path.join(a.out, "pytorch-compiled.jsonl"), "a") as f:
+                f.write(json.dumps(r) + "\n")
+    del model
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    set_tf32(False)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
@@ -275,6 +402,15 @@ def main():
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no torch needed)")
     p.add_argument("--mlp-graph", action="store_true",
                    help="also run the MLP threading scenario with a CUDA graph per thread (cuda)")
+    p.add_argument("--compile-modes", default=None,
+                   help="torch.compile modes of the 'compiled' scenario: eager,default,reduce-overhead,max-autotune")
+    p.add_argument("--compile-seqs", default="32,128,256,512", help="fixed lengths of the compiled scenario")
+    p.add_argument("--compile-dtype", default="f16")
+    p.add_argument("--mix", action="store_true", help="also the mixed-length workload in the compiled scenario")
+    p.add_argument("--compiled-only", action="store_true", help="only the compiled scenario")
+    p.add_argument("--mask-variants", choices=("none", "mask", "both"), default="both",
+                   help="fixed-length batches in the compiled scenario: without the attention mask (mode label "
+                        "'MODE (no mask)'), with it ('MODE'), or both (default)")
     a = p.parse_args()
 
     gpu = a.device.startswith("cuda")
@@ -287,7 +423,21 @@ def main():
     forward_batches = [int(x) for x in a.forward_batches.split(",")]
     if dtypes and seqs and not a.minilm and not a.dry_run:
         sys.exit("--minilm DIR is needed for the minilm workloads")
+    bad = [m for m in (a.compile_modes or "").split(",") if m and m not in
+           ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")]
+    if bad:
+        sys.exit(f"unknown compile modes {bad}")
     if a.dry_run:
+        for m in [m for m in (a.compile_modes or "").split(",") if m]:
+            for s_ in [int(x) for x in a.compile_seqs.split(",") if x]:
+                for b in forward_batches:
+                    print(f"compiled {m} {a.compile_dtype} minilm{s_} batch {b}")
+            if a.mix:
+                for b in forward_batches:
+                    print(f"compiled {m} {a.compile_dtype} minilm-mix batch {b} (lengths {min(mix_lengths(b))}-"
+                          f"{max(mix_lengths(b))}, mean {sum(mix_lengths(b)) / b:.1f})")
+        if a.compiled_only:
+            return
         if not a.dtype_only:
             print(f"workloads {workloads} (threading, ceiling) as before")
         for d in dtypes:
@@ -301,6 +451,11 @@ def main():
         return
     if a.dtype_only:
         workloads = []
+    compile_modes = [m for m in (a.compile_modes or "").split(",") if m]
+    if a.compiled_only:
+        workloads, dtypes = [], []
+        if not compile_modes:
+            sys.exit("--compiled-only needs --compile-modes")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
@@ -411,11 +566,18 @@ def main():
     if dtypes and seqs:
         dtype_points(a, dev, dev_name, gpu, dtypes, seqs, forward_batches, warm, seconds, log)
 
+    if compile_modes:
+        if not a.minilm:
+            sys.exit("--minilm DIR is needed for the compiled scenario")
+        compiled_points(a, dev, dev_name, a.compile_dtype, compile_modes,
+                        [int(x) for x in a.compile_seqs.split(",") if x], forward_batches, a.mix,
+                        warm, seconds, log)
+
     versions = {"torch": torch.__version__, "python": sys.version.split()[0],
                 "torch_threads": torch.get_num_threads()}
     if enc:
         versions["sentence_transformers"] = st_version
-    if dtypes and seqs:
+    if (dtypes and seqs) or compile_modes:
         import sentence_transformers
         import transformers
         versions["transformers"] = transformers.__version__

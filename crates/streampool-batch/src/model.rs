@@ -91,6 +91,15 @@ pub trait BatchModel: Send + Sync + 'static {
         1
     }
 
+    /// Whether the model runs a batch of mixed lengths unpadded (packed: every input's tokens
+    /// back to back), so a batch costs the sum of its inputs' [`BatchModel::input_len`]
+    /// against [`BatchConfig::max_batch_tokens`](crate::BatchConfig::max_batch_tokens)
+    /// rather than rows x the longest. Default: `false` (padded to the longest). A
+    /// [`SentenceEmbedder`](https://docs.rs/streampool-nn) in f16/bf16 packs.
+    fn packs(&self) -> bool {
+        false
+    }
+
     /// The device the model runs on. When `Some`, each worker takes its own stream of that
     /// device's pool and makes it current for the worker's life. Default: `None` (a host-only
     /// model; workers then use no stream of their own).
@@ -195,6 +204,10 @@ impl<M: BatchModel> BatchModel for std::sync::Arc<M> {
 
     fn cost(&self, input: &Self::Input) -> u64 {
         (**self).cost(input)
+    }
+
+    fn packs(&self) -> bool {
+        (**self).packs()
     }
 
     fn device(&self) -> Option<Device> {

@@ -2,7 +2,8 @@
 //!
 //! **Continuous batching.** A worker that wants a batch takes the oldest waiting input and,
 //! at once, every other waiting input of the same key (bucket) that fits: up to `rows`
-//! inputs and `tokens` tokens, counted as `rows x longest` (see [`Limits`]). Nothing waits
+//! inputs and `tokens` tokens, counted as `rows x longest` (or the sum of the inputs'
+//! tokens for a model that packs; see [`Limits`]). Nothing waits
 //! for more unless `max_wait` is set; then the worker keeps its partial batch open until it
 //! is full or `max_wait` has passed since its first input (an opt-in window). One worker at a
 //! time forms, so a window is not split over several half-empty batches.
@@ -73,8 +74,12 @@ pub(crate) enum PushError<T, E> {
 pub(crate) struct Limits {
     /// Most inputs.
     pub(crate) rows: usize,
-    /// Most tokens, as `rows x longest input`; one input over it still forms a batch alone.
+    /// Most tokens, as `rows x longest input` (or, when `packed`, the sum of the inputs'
+    /// tokens); one input over it still forms a batch alone.
     pub(crate) tokens: usize,
+    /// The model runs a batch unpadded ([`crate::BatchModel::packs`]): a batch costs the sum
+    /// of its inputs' tokens, not rows x the longest.
+    pub(crate) packed: bool,
     /// The opt-in fill window (zero: none).
     pub(crate) max_wait: Duration,
 }
@@ -334,30 +339,57 @@ impl<T> RequestQueue<T> {
     }
 }
 
-/// A batch being formed: its values and its longest input's tokens.
+/// A batch being formed: its values and its inputs' tokens.
 struct Forming<T> {
     values: Vec<T>,
-    longest: usize,
+    size: Size,
 }
 
 impl<T> Forming<T> {
     fn new(first: Item<T>) -> Self {
         Self {
-            longest: first.tokens,
+            size: Size::default().with(first.tokens),
             values: vec![first.value],
         }
     }
 
     fn push(&mut self, item: Item<T>) {
-        self.longest = self.longest.max(item.tokens);
+        self.size = self.size.with(item.tokens);
         self.values.push(item.value);
     }
 }
 
-/// Whether one more input of `tokens` fits a batch of `rows` inputs whose longest has
-/// `longest` tokens: the first input always does (an over-long one runs alone).
-fn fits(rows: usize, longest: usize, tokens: usize, budget: usize) -> bool {
-    rows == 0 || (rows + 1).saturating_mul(longest.max(tokens)) <= budget
+/// A batch's rows, longest input and total tokens, for the token budget.
+#[derive(Debug, Clone, Copy, Default)]
+struct Size {
+    rows: usize,
+    longest: usize,
+    total: usize,
+}
+
+impl Size {
+    fn with(self, tokens: usize) -> Self {
+        Self {
+            rows: self.rows + 1,
+            longest: self.longest.max(tokens),
+            total: self.total.saturating_add(tokens),
+        }
+    }
+
+    /// Its cost against the budget: rows x longest (padded), or the tokens (packed).
+    fn cost(&self, packed: bool) -> usize {
+        if packed {
+            self.total
+        } else {
+            self.rows.saturating_mul(self.longest)
+        }
+    }
+}
+
+/// Whether one more input of `tokens` fits a batch of `size`: the first input always does
+/// (an over-long one runs alone).
+fn fits(size: Size, tokens: usize, limits: Limits) -> bool {
+    size.rows == 0 || size.with(tokens).cost(limits.packed) <= limits.tokens
 }
 
 /// Moves waiting items with key `key` into `batch`, oldest first, until the batch is full;
@@ -372,12 +404,7 @@ fn take_matching<T>(st: &mut State<T>, batch: &mut Forming<T>, key: usize, limit
             i += 1;
             continue;
         }
-        if !fits(
-            batch.values.len(),
-            batch.longest,
-            item.tokens,
-            limits.tokens,
-        ) {
+        if !fits(batch.size, item.tokens, limits) {
             return true;
         }
         let item = st.take(i);
@@ -394,18 +421,17 @@ fn full_batch_waiting<T>(items: &VecDeque<Entry<T>>, limits: Limits) -> bool {
         return false;
     };
     let key = first.item.key;
-    let (mut rows, mut longest) = (0, 0);
+    let mut size = Size::default();
     for e in items
         .iter()
         .take(limits.rows.saturating_mul(4))
         .filter(|e| e.item.key == key)
     {
-        if !fits(rows, longest, e.item.tokens, limits.tokens) {
+        if !fits(size, e.item.tokens, limits) {
             return true;
         }
-        rows += 1;
-        longest = longest.max(e.item.tokens);
-        if rows >= limits.rows {
+        size = size.with(e.item.tokens);
+        if size.rows >= limits.rows {
             return true;
         }
     }

@@ -89,6 +89,7 @@ impl<M: BatchModel> Shared<M> {
         Limits {
             rows: self.config.max_batch_size,
             tokens: self.config.max_batch_tokens,
+            packed: self.model.packs(),
             max_wait: self.config.max_wait,
         }
     }

@@ -211,10 +211,15 @@ impl<M: BatchModel> Shared<M> {
         }
         let started = Instant::now();
         let n = live.len();
-        let longest = live.iter().map(|r| r.tokens).max().unwrap_or(0);
+        // What the batch costs the device: rows x the longest, or its tokens when packed.
+        let tokens = if self.model.packs() {
+            live.iter().map(|r| r.tokens).sum()
+        } else {
+            n * live.iter().map(|r| r.tokens).max().unwrap_or(0)
+        };
         self.stats.batch_formed(
             live.iter().map(|r| started.duration_since(r.submitted)),
-            n * longest,
+            tokens,
         );
         let mut inputs = Vec::with_capacity(n);
         let mut waiting = Vec::with_capacity(n);

@@ -59,6 +59,8 @@ struct Lengths {
     gate: Gate,
     hold: usize,
     sleep: Duration,
+    /// Declares that it runs batches packed (the budget then counts tokens).
+    packs: bool,
     batches: Mutex<Vec<Vec<(u64, usize)>>>,
 }
 
@@ -85,6 +87,10 @@ impl BatchModel for Lengths {
 
     fn input_len(&self, x: &(u64, usize)) -> usize {
         x.1
+    }
+
+    fn packs(&self) -> bool {
+        self.packs
     }
 
     fn check_input(&self, x: &(u64, usize)) -> Result<(), ModelError> {
@@ -191,6 +197,54 @@ fn a_pipelined_preparer_forms_a_full_batch_at_once() {
     }
     let expected = vec![vec![0], vec![1, 2, 3, 4], vec![5, 6, 7, 8]];
     assert_eq!(*model.0.batches.lock(), expected);
+}
+
+/// A model that packs its batches (no padding) is budgeted by the sum of its inputs'
+/// tokens: the same inputs as the padded test below form fewer, fuller batches.
+#[test]
+fn a_packing_model_is_budgeted_by_its_tokens() {
+    let model = Arc::new(Lengths {
+        hold: 1,
+        packs: true,
+        ..Lengths::default()
+    });
+    let config = BatchConfig {
+        max_batch_tokens: 64,
+        ..one_worker(100)
+    };
+    let queue = BatchQueue::new(model.clone(), config).unwrap();
+    let first = queue.submit((0, 1)).unwrap();
+    assert!(model.gate.wait_entered(1));
+    let lens = [10, 10, 10, 30, 5, 5, 100, 3, 3, 3, 20, 20, 20];
+    let handles: Vec<_> = (1u64..)
+        .zip(lens)
+        .map(|x| queue.submit(x).unwrap())
+        .collect();
+    model.gate.open();
+    assert_eq!(answer(first), Ok(1));
+    for (t, h) in (1u64..).zip(handles) {
+        assert_eq!(answer(h), Ok(2 * t + 1));
+    }
+    let lens_of: Vec<Vec<usize>> = model
+        .batches
+        .lock()
+        .iter()
+        .map(|b| b.iter().map(|x| x.1).collect())
+        .collect();
+    // Sum of tokens <= 64 (padded, the same inputs took 7 batches).
+    assert_eq!(
+        lens_of,
+        vec![
+            vec![1],
+            vec![10, 10, 10, 30],
+            vec![5, 5],
+            vec![100],
+            vec![3, 3, 3, 20, 20],
+            vec![20],
+        ]
+    );
+    let stats = queue.stats();
+    assert_eq!(stats.completed, 14);
 }
 
 #[test]

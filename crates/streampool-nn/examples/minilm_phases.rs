@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use streampool::{Device, Tensor};
-use streampool_nn::{ComputeDType, SentenceEmbedder};
+use streampool_nn::{BertModel, BertTokenizer, ComputeDType, SentenceEmbedder};
 
 type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -52,7 +52,13 @@ fn main() -> Res<()> {
     let batches = list(arg(&args, "--batches").unwrap_or("64,512"))?;
     let seqs = list(arg(&args, "--seqs").unwrap_or("32,128"))?;
     let iters: usize = arg(&args, "--iters").unwrap_or("20").parse()?;
-    let model = SentenceEmbedder::load_with(&dev, dir, dtype)?;
+    // Truncation at the model's positions (512 for MiniLM), not sentence-transformers' 256,
+    // so the long-sequence points run their full length.
+    let bert = BertModel::load_with(&dev, dir, dtype)?;
+    let max = bert.config().max_position_embeddings;
+    let tokenizer =
+        BertTokenizer::from_file(std::path::Path::new(dir).join("tokenizer.json"), max)?;
+    let model = SentenceEmbedder::new(tokenizer, bert)?;
     let stream = dev.current_stream()?;
     println!("device {} dtype {dtype}", dev.name());
     println!(

@@ -15,6 +15,7 @@ use crate::layers::{
     AttentionInputs, AttentionMask, Embedding, LayerNorm, Norm, RmsNorm, Rotary,
     TransformerEncoderLayer,
 };
+use crate::packed::PackedInput;
 use crate::weights::{HostTensor, WeightFile};
 use crate::{BertConfig, ComputeDType, Error, Family, Result};
 
@@ -282,7 +283,44 @@ impl BertEmbeddings {
             None => Ok(x),
         }
     }
+
+    /// The embeddings of a packed batch, `[tokens, hidden]`: word + position (each token's
+    /// position in its own sequence) + token type, then LayerNorm.
+    fn forward_packed(&self, input: &PackedInput) -> Result<Tensor> {
+        let pos = self.position.as_ref().ok_or_else(|| {
+            Error::Input("packed batches need a model with absolute position embeddings".into())
+        })?;
+        if input.max_len() + self.position_offset > pos.rows() {
+            return Err(Error::Input(format!(
+                "sequence of {} tokens is longer than the model's {} positions",
+                input.max_len(),
+                pos.rows() - self.position_offset
+            )));
+        }
+        let n = input.tokens();
+        let words = self.word.forward(input.input_ids(), &[n])?;
+        let typed = input.token_type_ids().iter().any(|&t| t != 0);
+        let x = match (&self.position_type0, &self.token_type, typed) {
+            // The position rows with token type 0 already added: one gather and one add.
+            (Some(pt0), _, false) if self.position_offset == 0 => {
+                words.add(&pt0.embedding(input.positions(), &[n])?)?
+            }
+            (_, Some(types), _) => words
+                .add(&types.forward(input.token_type_ids(), &[n])?)?
+                .add(&pos.forward(input.positions(), &[n])?)?,
+            _ => words.add(&pos.forward(input.positions(), &[n])?)?,
+        };
+        match &self.norm {
+            Some(norm) => norm.forward(&x),
+            None => Ok(x),
+        }
+    }
 }
+
+/// Packed batches run their encoder layers as one graph per (tokens, sequences and longest
+/// length rounded up to this): the attention kernel's grid is sized by the bound, so every
+/// batch under one bound replays the same graph.
+const PACKED_LEN_BUCKET: usize = 64;
 
 /// A transformer of any supported [`Family`] (the name is BERT's, the first one): embeddings
 /// and a stack of layers (post-norm, or pre-norm with a final norm), with rotary tables, a
@@ -408,6 +446,30 @@ impl BertModel {
             dtype,
             graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
         })
+    }
+
+    /// This model with the activation of every layer's MLP set to `act` (same weights, its
+    /// own graph cache). In f16/bf16 the layers compute GELU's tanh approximation where the
+    /// config names the erf form ([`crate::layers::HALF_PRECISION_GELU`]);
+    /// `with_mlp_activation(Activation::Gelu)` computes the erf form again.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, Activation, BertModel, ComputeDType};
+    /// let m = BertModel::load_with(&Device::cpu(), tiny_bert_dir(), ComputeDType::F16).unwrap();
+    /// let exact = m.with_mlp_activation(Activation::Gelu);
+    /// # let _ = exact;
+    /// ```
+    pub fn with_mlp_activation(&self, act: Activation) -> Self {
+        Self {
+            layers: self
+                .layers
+                .iter()
+                .map(|l| l.with_mlp_activation(act))
+                .collect(),
+            graphs: Arc::new(GraphCache::new(GRAPHS_KEPT)),
+            ..self.clone()
+        }
     }
 
     /// Drops the model's CUDA graphs (shared by its clones), giving their memory pools back
@@ -585,6 +647,48 @@ impl BertModel {
         })?;
         let hidden = self.forward(input)?;
         head.forward(&hidden)
+    }
+
+    /// The last hidden state of a packed batch, `[tokens, hidden]` (the sequences back to
+    /// back, no padding computed), and its sequence offsets on the device (`I64`
+    /// `[batch + 1]`, for [`Tensor::mean_pool_normalize_packed`]). Every layer runs over the
+    /// batch's tokens alone; attention runs per sequence from the offsets. The result equals
+    /// [`Self::forward`] on the same batch padded (at the real tokens, up to float rounding).
+    /// Needs a device with packed kernels ([`Device::has_packed_kernels`]: CPU and CUDA).
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, BertModel, PackedInput};
+    /// let model = BertModel::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// let input = PackedInput::from_sequences(&[vec![101, 7592, 102], vec![101, 102]]).unwrap();
+    /// let (hidden, offsets) = model.forward_packed(&input).unwrap();
+    /// assert_eq!(hidden.dims(), &[5, model.config().hidden_size]);
+    /// assert_eq!(offsets.to_vec::<i64>().unwrap(), vec![0, 3, 5]);
+    /// ```
+    pub fn forward_packed(&self, input: &PackedInput) -> Result<(Tensor, Tensor)> {
+        if self.family != Family::Bert {
+            return Err(Error::Input(format!(
+                "packed batches cover BERT-family models (absolute positions, plain attention), \
+                 not {:?}",
+                self.family
+            )));
+        }
+        let bound = input.max_len().div_ceil(PACKED_LEN_BUCKET).max(1) * PACKED_LEN_BUCKET;
+        let mask = AttentionMask::packed(input.offsets(), bound, &self.device)?;
+        let x = self.embeddings.forward_packed(input)?;
+        let mut out =
+            self.graphs
+                .run(&format!("bert-packed-{bound}"), &[&x, mask.tensor()], |i| {
+                    let mask = AttentionMask::from_packed(i[1].clone(), bound)?;
+                    let mut x = i[0].clone();
+                    for layer in &self.layers {
+                        x = layer.forward(&x, Some(&mask))?;
+                    }
+                    Ok::<_, Error>(vec![x])
+                })?;
+        // `run` returns the closure's one output.
+        let hidden = out.pop().expect("packed hidden state");
+        Ok((hidden, mask.tensor().clone()))
     }
 
     /// Every hidden state: index 0 is the embedding output (after LayerNorm), index `n` the

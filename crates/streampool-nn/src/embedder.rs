@@ -8,7 +8,9 @@ use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
 use crate::pooling::{read_json, Pooling, PoolingMode};
-use crate::{BertInput, BertModel, BertTokenizer, ComputeDType, Error, Result};
+use crate::{
+    BertInput, BertModel, BertTokenizer, ComputeDType, Error, Family, PackedInput, Result,
+};
 
 /// Turns sentences into vectors as sentence-transformers does, with the pooling and prompts
 /// of the model's own files: mean pooling and unit length for all-MiniLM-L6-v2, the first
@@ -36,6 +38,8 @@ pub struct SentenceEmbedder {
     /// Most texts per device batch in [`SentenceEmbedder::embed`]; see
     /// [`SentenceEmbedder::with_chunk_size`].
     chunk: usize,
+    /// Whether batches of mixed lengths run packed; see [`SentenceEmbedder::with_packing`].
+    packing: bool,
 }
 
 /// The default [`SentenceEmbedder::with_chunk_size`]: a batch of up to 256 texts runs as one
@@ -198,7 +202,40 @@ impl SentenceEmbedder {
             prompts: BTreeMap::new(),
             default_prompt: None,
             chunk: DEFAULT_EMBED_CHUNK,
+            packing: true,
         })
+    }
+
+    /// Whether a batch of mixed lengths runs packed (default `true`): its sentences back to
+    /// back with no padding ([`BertModel::forward_packed`]), so it costs its real tokens, not
+    /// rows x the longest. Packing applies in f16 and bf16 (the dtypes whose attention is the
+    /// fused kernel) on devices with packed kernels (CPU, CUDA), to batches with padding; the
+    /// embeddings are those of the padded path up to float rounding (cosine >= 0.9999 per
+    /// sentence, `tests/packed.rs`). `false` always pads to the longest.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, ComputeDType, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load_with(&Device::cpu(), tiny_bert_dir(), ComputeDType::F16)
+    ///     .unwrap()
+    ///     .with_packing(false);
+    /// assert!(!emb.packs());
+    /// ```
+    pub fn with_packing(mut self, packing: bool) -> Self {
+        self.packing = packing;
+        self
+    }
+
+    /// Whether batches of mixed lengths run packed (see [`Self::with_packing`]).
+    /// Packing covers BERT-family models (absolute positions, plain attention) with
+    /// normalized mean pooling: the packed kernels' case.
+    pub fn packs(&self) -> bool {
+        self.packing
+            && self.model.dtype().is_half()
+            && self.model.device().has_packed_kernels()
+            && self.model.family() == Family::Bert
+            && self.pooling.mode == PoolingMode::Mean
+            && self.pooling.normalize
     }
 
     /// Sets how many texts [`SentenceEmbedder::embed`] runs as one device batch (at least 1).
@@ -249,8 +286,26 @@ impl SentenceEmbedder {
     }
 
     /// Embeddings `F32` `[batch, dim]` of a tokenized batch (the model's pooling; unit
-    /// length where it normalizes), left on the device.
+    /// length where it normalizes), left on the device: packed when it has padding and
+    /// [`Self::packs`], else padded.
     pub fn embed_input(&self, input: &BertInput) -> Result<Tensor> {
+        if self.packs() {
+            if let Some(packed) = PackedInput::from_padded(input).filter(PackedInput::has_padding) {
+                return self.embed_packed(&packed);
+            }
+        }
+        self.embed_input_padded(input)
+    }
+
+    /// Unit-length mean-pooled embeddings `[batch, dim]` of a packed batch, left on the
+    /// device.
+    pub fn embed_packed(&self, input: &PackedInput) -> Result<Tensor> {
+        let (hidden, offsets) = self.model.forward_packed(input)?;
+        Ok(hidden.mean_pool_normalize_packed(&offsets)?)
+    }
+
+    /// [`Self::embed_input`] on the padded path whatever the batch (to compare the two).
+    pub fn embed_input_padded(&self, input: &BertInput) -> Result<Tensor> {
         self.embed_input_with(input, self.pooling.normalize)
     }
 

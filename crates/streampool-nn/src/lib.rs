@@ -12,6 +12,7 @@
 //! | [`BertModel`], [`BertConfig`], [`Family`], [`BertInput`] | any supported family from `config.json` + `model.safetensors`: BERT, XLM-RoBERTa/CamemBERT, MPNet, GTE, NomicBERT, ModernBERT, Qwen3 (the names are BERT's, the first) | `bert.rs`, `config.rs`, `families/` |
 //! | [`Classifier`], [`Reranker`] | `*ForSequenceClassification` heads: logits, scores, cross-encoder reranking | `tasks.rs`, `heads.rs` |
 //! | [`pooling::Pooling`] | mean, CLS or last-token pooling and `Normalize`, from sentence-transformers' files | `pooling.rs` |
+//! | [`PackedInput`] | a batch of mixed lengths with no padding (varlen offsets), for [`BertModel::forward_packed`] | `packed.rs` |
 //! | [`BertTokenizer`] | `tokenizer.json`, pad to longest, attention masks; exact ASCII fast path | `tokenizer/` |
 //! | [`TokenizePool`] | the process's tokenization threads, one per core | `tokenizer/pool.rs` |
 //! | [`SentenceEmbedder`] | tokenizer + model + the model's pooling and prompts | `embedder.rs` |
@@ -51,6 +52,16 @@
 //! all-MiniLM-L6-v2; tiny-bert's last hidden state is within 3e-3 (f16) and 3e-2 (bf16) of
 //! its float64 reference.
 //!
+//! In f16 and bf16 two more things change (issue 20). The MLP computes the erf GELU of
+//! BERT's `gelu` in its tanh form ([`layers::HALF_PRECISION_GELU`]), which CUDA runs in the
+//! first product's cuBLASLt epilogue instead of a separate pass, as text-embeddings-inference
+//! does: the minimum cosine to sentence-transformers' fp32 embeddings stays 0.99999834 (f16;
+//! 0.99999915 with erf) and 0.99994999 (bf16; 0.99995033), `tests/minilm.rs`;
+//! [`BertModel::with_mlp_activation`] sets the erf form back. And a batch of mixed lengths
+//! runs packed ([`PackedInput`], [`BertModel::forward_packed`]): no padding computed, the
+//! embeddings equal to the padded path's (`tests/packed.rs`); see
+//! [`SentenceEmbedder::with_packing`].
+//!
 //! ```
 //! use std::sync::Arc;
 //! use streampool::Device;
@@ -78,6 +89,7 @@ mod families;
 mod heads;
 pub mod layers;
 mod locate;
+mod packed;
 pub mod pooling;
 pub mod tasks;
 mod tokenizer;
@@ -96,6 +108,7 @@ pub use locate::{
     cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, tiny_model_dir, CACHE_ENV,
     MINILM_DIR_ENV, TINY_BERT_RELATIVE,
 };
+pub use packed::PackedInput;
 pub use streampool::Activation;
 pub use tasks::{Classifier, Reranker};
 pub use tokenizer::{BertTokenizer, TokenizePool, TOKENIZE_THREADS_ENV};

@@ -150,7 +150,7 @@ fn bad_configs_are_rejected() {
 
     let cases: [(&str, serde_json::Value, &str); 4] = [
         ("num_attention_heads", 3.into(), "not a multiple"),
-        ("hidden_act", "gelu_new".into(), "gelu_new"),
+        ("hidden_act", "swish".into(), "swish"),
         (
             "position_embedding_type",
             "relative_key".into(),

@@ -57,6 +57,11 @@ fn act_ref(x: &[f64], act: Activation) -> Vec<f64> {
             Activation::Identity => v,
             Activation::Relu => v.max(0.0),
             Activation::Gelu => gelu_ref(v),
+            Activation::GeluTanh => {
+                0.5 * v
+                    * (1.0
+                        + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+            }
         })
         .collect()
 }
@@ -177,20 +182,29 @@ fn linear_matches_reference() {
 fn activations_match_reference() {
     let (dev, mut rng) = (Device::cpu(), StdRng::seed_from_u64(2));
     let x = random(&[4, 50], 4.0, &mut rng);
-    for act in [Activation::Identity, Activation::Relu, Activation::Gelu] {
+    for act in [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+    ] {
         let y = activation::apply(&upload(&x, &dev), act).unwrap();
         let e = rel_err(&host(&y), &act_ref(&f64s(&x), act));
         assert!(e < TOL, "{act:?}: rel err {e}");
     }
     assert_eq!(activation::parse("gelu").unwrap(), Activation::Gelu);
-    assert!(activation::parse("gelu_new").is_err());
+    assert_eq!(
+        activation::parse("gelu_pytorch_tanh").unwrap(),
+        Activation::GeluTanh
+    );
+    assert!(activation::parse("swish").is_err());
 }
 
 #[test]
 fn mlp_matches_reference() {
     let (dev, mut rng) = (Device::cpu(), StdRng::seed_from_u64(3));
     let x = random(&[5, 16], 1.0, &mut rng);
-    for act in [Activation::Gelu, Activation::Relu] {
+    for act in [Activation::Gelu, Activation::Relu, Activation::GeluTanh] {
         let (p1, p2) = (
             linear_params(40, 16, true, &mut rng),
             linear_params(8, 40, true, &mut rng),

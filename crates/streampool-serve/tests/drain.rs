@@ -136,7 +136,7 @@ async fn sigterm_answers_every_request_in_flight_and_refuses_new_connections() {
         assert_eq!(status, 200, "request {x:?} during the drain: {v}");
         let want: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
         assert_eq!(v["outputs"][0]["shape"], json!([1, 4]));
-        assert_close(&floats(&v["outputs"][0]["data"]), &want, 1e-6, "answer");
+        assert_close(&floats(&v["outputs"][0]["data"]), &want, 1e-4, "answer");
     }
     tokio::time::timeout(HANG, server)
         .await
@@ -180,6 +180,6 @@ async fn a_drain_that_cannot_finish_gives_up_after_the_drain_timeout() {
         let (x, status, v) = t.await.expect("client task");
         assert_eq!(status, 200, "{v}");
         let want: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
-        assert_close(&floats(&v["outputs"][0]["data"]), &want, 1e-6, "answer");
+        assert_close(&floats(&v["outputs"][0]["data"]), &want, 1e-4, "answer");
     }
 }

@@ -27,7 +27,7 @@ async fn still_serves(s: &TestServer) {
     assert_eq!(resp.status(), 200, "a valid request after a hostile one");
     let body: Value = resp.json().await.expect("JSON");
     let want = mlp_rows(&s.mlp, &[row]).concat();
-    assert_close(&floats(&body["outputs"][0]["data"]), &want, 1e-5, "output");
+    assert_close(&floats(&body["outputs"][0]["data"]), &want, 1e-4, "output");
 }
 
 /// Posts `body` as raw bytes (with `headers`) and returns the status and body text.
@@ -208,7 +208,7 @@ async fn a_non_finite_row_fails_only_its_own_request() {
     assert_eq!(g.status(), 200);
     let body: Value = g.json().await.expect("JSON");
     let want = mlp_rows(&s.mlp, &[good_row]).concat();
-    assert_close(&floats(&body["outputs"][0]["data"]), &want, 1e-5, "output");
+    assert_close(&floats(&body["outputs"][0]["data"]), &want, 1e-4, "output");
     s.handle.shutdown().await.expect("shutdown");
 }
 

@@ -92,7 +92,7 @@ async fn twice_the_queue_capacity_loses_and_mixes_nothing() {
                     ok += 1;
                     let want: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
                     assert_eq!(v["outputs"][0]["shape"], json!([1, 4]));
-                    assert_close(&floats(&v["outputs"][0]["data"]), &want, 1e-6, "answer");
+                    assert_close(&floats(&v["outputs"][0]["data"]), &want, 1e-4, "answer");
                 }
                 503 => {
                     refused += 1;

@@ -536,7 +536,7 @@ async fn concurrent_clients_each_get_their_own_result() {
             assert_close(
                 &floats(&v["outputs"][0]["data"]),
                 &want.concat(),
-                1e-5,
+                1e-4,
                 "mlp",
             );
 

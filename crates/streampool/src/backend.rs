@@ -10,7 +10,7 @@ use std::any::Any;
 use std::time::Duration;
 
 pub(crate) use crate::device_ptr::DevicePtr;
-use crate::kernel::Kernel;
+use crate::kernel::{Activation, Kernel};
 use crate::sync::Arc;
 use crate::Result;
 
@@ -35,6 +35,11 @@ pub(crate) trait BackendDevice: BackendMemory {
     /// its write event eagerly; otherwise the event is recorded lazily, on the first read
     /// from another stream (correct, but it may wait for later work on the writer stream).
     fn cheap_events(&self) -> bool;
+    /// Whether the backend runs packed (varlen) batches: [`Kernel::Attention`] with
+    /// `packed` set and [`Kernel::MeanPoolNormPacked`].
+    fn has_packed_kernels(&self) -> bool {
+        false
+    }
     /// Builds (or loads) the device's kernels now rather than at the first launch. Backends
     /// that build kernels per op on first use (CPU, wgpu) have nothing to do.
     fn load_kernels(&self) -> Result<()> {
@@ -76,6 +81,15 @@ pub(crate) trait BackendStream: Send + Sync {
     /// backend that returns `false` never receives a matmul with a bias.
     fn fuses_matmul_bias(&self) -> bool {
         false
+    }
+
+    /// Whether [`Kernel::Matmul`] with a bias and activation `act` is worth launching here
+    /// (both applied in the product's epilogue); else `Tensor::matmul_bias_act` runs a
+    /// product and a separate bias + activation kernel. Only asked where
+    /// [`Self::fuses_matmul_bias`] is true; a backend that returns `false` never receives a
+    /// matmul with that activation.
+    fn fuses_matmul_act(&self, act: Activation) -> bool {
+        act == Activation::Identity
     }
 
     /// Whether the backend can capture graphs (else callers run eagerly).

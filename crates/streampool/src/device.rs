@@ -275,6 +275,20 @@ impl Device {
         self.0.backend.load_kernels()
     }
 
+    /// Whether this device runs packed (varlen) batches ([`Tensor::attention_packed`],
+    /// [`Tensor::mean_pool_normalize_packed`]): the CPU and CUDA do, wgpu does not (callers
+    /// run such batches padded there).
+    ///
+    /// [`Tensor::attention_packed`]: crate::Tensor::attention_packed
+    /// [`Tensor::mean_pool_normalize_packed`]: crate::Tensor::mean_pool_normalize_packed
+    ///
+    /// ```
+    /// assert!(streampool::Device::cpu().has_packed_kernels());
+    /// ```
+    pub fn has_packed_kernels(&self) -> bool {
+        self.0.backend.has_packed_kernels()
+    }
+
     /// A snapshot of the caching allocator's statistics.
     pub fn allocator_stats(&self) -> AllocatorStats {
         self.0.allocator.stats()

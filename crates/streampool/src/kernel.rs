@@ -45,6 +45,17 @@ pub enum MatmulMath {
     Tf32,
 }
 
+/// The sequences of a packed batch: `tokens` rows holding sequences back to back, sequence
+/// `b` in rows `offsets[b]..offsets[b + 1]` (flash-attention's varlen `cu_seqlens`). `ptr`
+/// holds the `batch + 1` offsets as `I64`, non-decreasing from 0 to `tokens`. Kernels clamp
+/// what they read to `0..tokens`, so offsets that break this rule give unspecified rows, never
+/// an access outside the tensors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SeqOffsets {
+    pub ptr: DevicePtr,
+    pub tokens: usize,
+}
+
 /// Element-wise functions of one argument.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum UnaryOp {
@@ -82,12 +93,17 @@ pub enum ReduceOp {
     Max,
 }
 
-/// Activation applied by the fused bias kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Activation applied by the fused bias kernel and the matmul epilogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Activation {
     Identity,
     Relu,
+    /// GELU, erf form: `x * 0.5 * (1 + erf(x / sqrt(2)))` (BERT's `gelu`).
     Gelu,
+    /// GELU, tanh approximation: `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`
+    /// (Hugging Face's `gelu_new` / `gelu_pytorch_tanh`; what cuBLASLt's GELU epilogue
+    /// computes).
+    GeluTanh,
 }
 
 /// Activation of a gated MLP's gate ([`Kernel::GatedAct`]).
@@ -126,13 +142,15 @@ pub enum Kernel {
         out: DevicePtr,
         elem_size: usize,
     },
-    /// `out[b] = a[b] @ b[b]` with `a: [batch, m, k]`, `b: [batch, k, n]`, `out: [batch, m, n]`,
-    /// plus `bias[j]` on every output column `j` when `bias` (`n` contiguous elements) is set
-    /// (the CUDA backend adds it in the GEMM's epilogue).
+    /// `out[b] = act(a[b] @ b[b] + bias)` with `a: [batch, m, k]`, `b: [batch, k, n]`,
+    /// `out: [batch, m, n]`; `bias[j]` (`n` contiguous elements, optional) is added to every
+    /// output column `j`, then `act` applied (`Identity` unless `bias` is set). The CUDA
+    /// backend does both in the GEMM's epilogue where cuBLASLt has one for `act`.
     Matmul {
         a: MatOperand,
         b: MatOperand,
         bias: Option<DevicePtr>,
+        act: Activation,
         out: DevicePtr,
         batch: usize,
         m: usize,
@@ -219,9 +237,15 @@ pub enum Kernel {
     /// and 0 (padding); a row whose keys are all padding attends uniformly (as Hugging Face's
     /// additive `f32::MIN` mask does). Softmax statistics are `f32`; no `[seq, seq]` score
     /// matrix is stored.
+    ///
+    /// Packed (`packed` set; `mask` is then `None`): `qkv` is `[tokens, 3, heads, head_dim]`
+    /// holding `batch` sequences back to back as [`SeqOffsets`] says, each attending only to
+    /// itself, `out` is `[tokens, heads * head_dim]`, and `seq` bounds every sequence's length
+    /// (a longer one is cut to `seq`: rows past it are left unwritten).
     Attention {
         qkv: DevicePtr,
         mask: Option<DevicePtr>,
+        packed: Option<SeqOffsets>,
         out: DevicePtr,
         batch: usize,
         seq: usize,
@@ -283,6 +307,17 @@ pub enum Kernel {
         dim: usize,
         dtype: DType,
     },
+    /// [`Kernel::MeanPoolNorm`] over a packed batch: `out[b, :]` is the normalized mean of
+    /// rows `offsets[b]..offsets[b + 1]` of `x: [tokens, dim]` (an empty sequence gives zeros).
+    /// `out: [batch, dim]` is always `F32`.
+    MeanPoolNormPacked {
+        x: DevicePtr,
+        seqs: SeqOffsets,
+        out: DevicePtr,
+        batch: usize,
+        dim: usize,
+        dtype: DType,
+    },
 }
 
 impl Kernel {
@@ -303,7 +338,8 @@ impl Kernel {
             | Kernel::MeanPoolNorm { dtype, .. }
             | Kernel::RmsNorm { dtype, .. }
             | Kernel::Rope { dtype, .. }
-            | Kernel::GatedAct { dtype, .. } => Some(*dtype),
+            | Kernel::GatedAct { dtype, .. }
+            | Kernel::MeanPoolNormPacked { dtype, .. } => Some(*dtype),
             Kernel::Copy { .. } | Kernel::Cast { .. } | Kernel::Sleep { .. } => None,
         }
     }

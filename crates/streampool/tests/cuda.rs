@@ -822,6 +822,28 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].matmul_bias(&t[1].t()?, &t[2], MatmulMath::Exact)),
         ),
         (
+            "matmul + bias + tanh GELU (cuBLASLt GELU_BIAS)",
+            vec![vec![b, s, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| {
+                t[0].matmul_bias_act(&t[1], &t[2], Activation::GeluTanh, MatmulMath::Exact)
+            }),
+        ),
+        (
+            "matmul + bias + relu (cuBLASLt RELU_BIAS)",
+            vec![vec![b * s, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| t[0].matmul_bias_act(&t[1], &t[2], Activation::Relu, MatmulMath::Exact)),
+        ),
+        (
+            "matmul + bias + erf GELU (no epilogue: separate pass)",
+            vec![vec![b * s, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| t[0].matmul_bias_act(&t[1], &t[2], Activation::Gelu, MatmulMath::Exact)),
+        ),
+        (
+            "bias tanh gelu",
+            vec![vec![b * s, h], vec![h]],
+            Box::new(|t| t[0].bias_act(&t[1], Activation::GeluTanh)),
+        ),
+        (
             "batched matmul t",
             vec![vec![b, s, d], vec![b, s, d]],
             Box::new(|t| t[0].matmul(&t[1].t()?)),
@@ -896,6 +918,33 @@ fn half_ops_match_the_cpu_backend() {
             "attention d=20",
             vec![vec![2, 33, 3 * 40]],
             Box::new(|t| t[0].attention(None, 2)),
+        ),
+        (
+            // Lengths 1..200: past several 64-query blocks and key tiles, one empty sequence.
+            "attention packed (varlen), d=32",
+            vec![vec![347, 3 * h]], // lengths 5, 77, 0, 200, 1, 64
+            Box::new(move |t| {
+                let off = vec![0i64, 5, 82, 82, 282, 283, 347];
+                let off = Tensor::from_vec(off, &[7], t[0].device())?;
+                t[0].attention_packed(&off, 200, nh)
+            }),
+        ),
+        (
+            "attention packed, d=64, 2 heads",
+            vec![vec![130 + 7, 3 * 128]],
+            Box::new(|t| {
+                let off = Tensor::from_vec(vec![0i64, 130, 137], &[3], t[0].device())?;
+                t[0].attention_packed(&off, 130, 2)
+            }),
+        ),
+        (
+            "mean_pool_normalize packed",
+            vec![vec![347, h]],
+            Box::new(|t| {
+                let off = vec![0i64, 5, 82, 82, 282, 283, 347];
+                let off = Tensor::from_vec(off, &[7], t[0].device())?;
+                t[0].mean_pool_normalize_packed(&off)
+            }),
         ),
         (
             "mean_pool_normalize",

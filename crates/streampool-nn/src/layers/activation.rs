@@ -20,19 +20,33 @@ pub fn apply(x: &Tensor, act: Activation) -> Result<Tensor> {
         Activation::Identity => x.clone(),
         Activation::Relu => x.relu()?,
         Activation::Gelu => x.gelu()?,
+        Activation::GeluTanh => {
+            // The bias kernel with a zero bias: the one kernel that has this activation.
+            let cols = x.dims().last().copied().unwrap_or(1);
+            let zero = Tensor::zeros(&[cols], x.device())?.to_dtype(x.dtype())?;
+            x.bias_act(&zero, act)?
+        }
     })
 }
 
-/// The activation a Hugging Face config names in `hidden_act`. Only exact forms are accepted:
-/// `gelu` (erf form), `relu`, `linear`/`identity`. The tanh approximation (`gelu_new`,
-/// `gelu_pytorch_tanh`) is an error rather than a silent substitution.
+/// The activation a Hugging Face config names in `hidden_act`: `gelu` (erf form),
+/// `gelu_new` and `gelu_pytorch_tanh` (the tanh approximation), `relu`, `linear`/`identity`.
+///
+/// ```
+/// use streampool_nn::{layers::activation, Activation};
+/// assert_eq!(activation::parse("gelu").unwrap(), Activation::Gelu);
+/// assert_eq!(activation::parse("gelu_new").unwrap(), Activation::GeluTanh);
+/// assert!(activation::parse("swish").is_err());
+/// ```
 pub fn parse(name: &str) -> Result<Activation> {
     match name {
         "gelu" => Ok(Activation::Gelu),
+        "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
         "relu" => Ok(Activation::Relu),
         "linear" | "identity" => Ok(Activation::Identity),
         other => Err(Error::Config(format!(
-            "hidden_act {other:?} is not supported (expected \"gelu\", \"relu\" or \"linear\")"
+            "hidden_act {other:?} is not supported (expected \"gelu\", \"gelu_new\", \
+             \"gelu_pytorch_tanh\", \"relu\" or \"linear\")"
         ))),
     }
 }

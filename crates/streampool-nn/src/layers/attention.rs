@@ -15,7 +15,9 @@ const MASKED: f32 = f32::MIN;
 /// ([`Self::new`]): a `[batch, 1, 1, seq]` tensor, 0 on real tokens and a huge negative number
 /// on padding, which broadcasts over heads and query positions (the unfused f32 path); or
 /// binary ([`Self::binary`]): an `F32` `[batch, seq]` tensor of 1 and 0, as the fused
-/// attention kernel takes it (the f16/bf16 path).
+/// attention kernel takes it (the f16/bf16 path); or packed ([`Self::packed`]): no padding
+/// at all, the sequences stored back to back (`[tokens, hidden]` activations) and the mask
+/// their `I64` offsets (`[batch + 1]`), for [`streampool::Tensor::attention_packed`].
 ///
 /// ```
 /// use streampool::Device;
@@ -26,9 +28,11 @@ const MASKED: f32 = f32::MIN;
 /// ```
 #[derive(Debug, Clone)]
 pub struct AttentionMask {
-    /// Additive `[batch, 1, 1, seq]`, or binary `[batch, seq]` when `binary`.
+    /// Additive `[batch, 1, 1, seq]`, binary `[batch, seq]` when `binary`, or the `I64`
+    /// offsets `[batch + 1]` when `packed` (`seq` is then the longest sequence's bound).
     additive: Tensor,
     binary: bool,
+    packed: bool,
     batch: usize,
     seq: usize,
 }
@@ -55,6 +59,7 @@ impl AttentionMask {
         Ok(Self {
             additive: Tensor::from_vec(additive, &[batch, 1, 1, seq], device)?,
             binary: false,
+            packed: false,
             batch,
             seq,
         })
@@ -132,6 +137,7 @@ impl AttentionMask {
         Ok(Self {
             additive: Tensor::from_vec(additive, &[batch, 1, seq, seq], device)?,
             binary: false,
+            packed: false,
             batch,
             seq,
         })
@@ -177,6 +183,7 @@ impl AttentionMask {
         Ok(Self {
             additive,
             binary: false,
+            packed: false,
             batch,
             seq,
         })
@@ -211,6 +218,7 @@ impl AttentionMask {
         Ok(Self {
             additive: Tensor::from_vec(values, &[batch, seq], device)?,
             binary: true,
+            packed: false,
             batch,
             seq,
         })
@@ -227,12 +235,71 @@ impl AttentionMask {
         Ok(Self {
             additive: mask,
             binary: true,
+            packed: false,
             batch,
             seq,
         })
     }
 
-    /// The mask tensor: additive `[batch, 1, 1, seq]`, or `[batch, seq]` of 0/1 if binary.
+    /// A packed batch's mask from the `batch + 1` offsets of its sequences (non-decreasing
+    /// from 0; sequence `b` is rows `offsets[b]..offsets[b + 1]` of the `[tokens, hidden]`
+    /// activations). `max_len` bounds every length (it sizes the attention kernel's grid, so
+    /// a graph captured with it serves every batch of the same bound); at least the longest.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::AttentionMask;
+    /// let m = AttentionMask::packed(&[0, 3, 5], 64, &Device::cpu()).unwrap();
+    /// assert!(m.is_packed() && m.tensor().dims() == [3]);
+    /// assert!(AttentionMask::packed(&[0, 3, 2], 64, &Device::cpu()).is_err()); // decreasing
+    /// assert!(AttentionMask::packed(&[0, 70], 64, &Device::cpu()).is_err()); // over max_len
+    /// ```
+    pub fn packed(offsets: &[usize], max_len: usize, device: &Device) -> Result<Self> {
+        let Some((&first, _)) = offsets.split_first() else {
+            return Err(Error::Input("packed attention mask: no offsets".into()));
+        };
+        if first != 0 {
+            return Err(Error::Input(format!(
+                "packed attention mask: offsets start at {first}, not 0"
+            )));
+        }
+        for w in offsets.windows(2) {
+            if w[1] < w[0] || w[1] - w[0] > max_len {
+                return Err(Error::Input(format!(
+                    "packed attention mask: a sequence from {} to {} (lengths must be 0..={max_len})",
+                    w[0], w[1]
+                )));
+            }
+        }
+        let values: Vec<i64> = offsets.iter().map(|&o| o as i64).collect();
+        Self::from_packed(Tensor::from_vec(values, &[offsets.len()], device)?, max_len)
+    }
+
+    /// The packed mask from its `I64` offsets tensor (as made by [`Self::packed`], whose
+    /// checks it does not repeat: the offsets are on the device).
+    pub fn from_packed(offsets: Tensor, max_len: usize) -> Result<Self> {
+        let &[n] = offsets.dims() else {
+            return Err(Error::Input(format!(
+                "packed attention mask of shape {:?}, expected [batch + 1]",
+                offsets.dims()
+            )));
+        };
+        Ok(Self {
+            additive: offsets,
+            binary: false,
+            packed: true,
+            batch: n.saturating_sub(1),
+            seq: max_len,
+        })
+    }
+
+    /// Whether this is a packed batch's mask (sequence offsets).
+    pub fn is_packed(&self) -> bool {
+        self.packed
+    }
+
+    /// The mask tensor: additive `[batch, 1, 1, seq]`, `[batch, seq]` of 0/1 if binary, or
+    /// the `I64` offsets `[batch + 1]` if packed.
     pub fn tensor(&self) -> &Tensor {
         &self.additive
     }
@@ -508,7 +575,9 @@ impl MultiheadAttention {
         self.num_heads
     }
 
-    /// Self-attention over `x: [batch, seq, hidden]`; `mask` hides padded keys.
+    /// Self-attention over `x: [batch, seq, hidden]`; `mask` hides padded keys. With a
+    /// packed mask `x` is `[tokens, hidden]` (the sequences back to back) and each sequence
+    /// attends to itself, through the fused kernel in every dtype.
     pub fn forward(&self, x: &Tensor, mask: Option<&AttentionMask>) -> Result<Tensor> {
         self.forward_with(
             x,
@@ -523,6 +592,28 @@ impl MultiheadAttention {
     /// score bias as given.
     pub fn forward_with(&self, x: &Tensor, inputs: &AttentionInputs) -> Result<Tensor> {
         let hidden = self.qkv.in_features();
+        if let Some(m) = inputs.mask.filter(|m| m.packed) {
+            // Packed batches (concatenated sequences, no padding) run the fused kernel
+            // per sequence: plain attention only.
+            if !self.is_plain() || inputs.bias.is_some() || inputs.rotary.is_some() {
+                return Err(Error::Input(
+                    "attention over a packed batch takes plain attention (no rotary positions, \
+                     score bias, grouped or normed heads)"
+                        .into(),
+                ));
+            }
+            if x.rank() != 2 || x.dims()[1] != hidden {
+                return Err(Error::Input(format!(
+                    "attention over a packed batch takes [tokens, {hidden}], got {:?}",
+                    x.dims()
+                )));
+            }
+            let ctx = self
+                .qkv
+                .forward(x)?
+                .attention_packed(&m.additive, m.seq, self.num_heads)?;
+            return self.out.forward(&ctx);
+        }
         let &[batch, seq, h] = x.dims() else {
             return Err(Error::Input(format!(
                 "attention takes [batch, seq, hidden], got {:?}",

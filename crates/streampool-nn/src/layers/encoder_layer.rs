@@ -7,7 +7,7 @@ use super::{
     AttentionInputs, AttentionMask, LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention, Norm,
 };
 use crate::weights::WeightFile;
-use crate::{BertConfig, ComputeDType, Result};
+use crate::{Activation, BertConfig, ComputeDType, Result};
 
 /// Post-norm (BERT, RoBERTa, MPNet, GTE): `h = N1(x + attn(x))`, `out = N2(h + mlp(h))`, each
 /// residual add fused into its LayerNorm. Pre-norm (Qwen): `h = x + attn(N1(x))`,
@@ -109,7 +109,16 @@ impl TransformerEncoderLayer {
         &self.attn
     }
 
-    /// Runs the layer on `x: [batch, seq, hidden]`.
+    /// This layer with its MLP's activation set to `act`.
+    pub fn with_mlp_activation(&self, act: Activation) -> Self {
+        Self {
+            mlp: self.mlp.with_activation(act),
+            ..self.clone()
+        }
+    }
+
+    /// Runs the layer on `x: [batch, seq, hidden]` (or `[tokens, hidden]` with a packed
+    /// mask).
     pub fn forward(&self, x: &Tensor, mask: Option<&AttentionMask>) -> Result<Tensor> {
         self.forward_with(
             x,

@@ -206,7 +206,9 @@ impl Linear {
         self.forward_act(x, Activation::Identity)
     }
 
-    /// `act(x W^T + b)`, with the bias and activation fused into one kernel.
+    /// `act(x W^T + b)`: one kernel where the backend fuses the bias and `act` into the
+    /// product (CUDA: every activation but the erf GELU), else the product and one bias +
+    /// activation kernel.
     pub fn forward_act(&self, x: &Tensor, act: Activation) -> Result<Tensor> {
         if x.dims().last() != Some(&self.in_features) {
             return Err(Error::Input(format!(
@@ -215,13 +217,9 @@ impl Linear {
                 x.dims()
             )));
         }
-        match (&self.bias, act) {
-            // One GEMM with the bias in its epilogue where the backend fuses it (CUDA).
-            (Some(b), Activation::Identity) => Ok(x.matmul_bias(&self.weight_t, b, self.math)?),
-            // GELU/ReLU: bias and activation in one pass after the GEMM (cuBLASLt's GELU
-            // epilogue is the tanh approximation, not BERT's erf form).
-            (Some(b), _) => Ok(x.matmul_with(&self.weight_t, self.math)?.bias_act(b, act)?),
-            (None, _) => super::activation::apply(&x.matmul_with(&self.weight_t, self.math)?, act),
+        match &self.bias {
+            Some(b) => Ok(x.matmul_bias_act(&self.weight_t, b, act, self.math)?),
+            None => super::activation::apply(&x.matmul_with(&self.weight_t, self.math)?, act),
         }
     }
 }

@@ -5,6 +5,12 @@ use streampool::{GateActivation, Tensor};
 use super::Linear;
 use crate::{Activation, ComputeDType, Error, Result};
 
+/// The GELU an f16/bf16 MLP computes where its config names the erf form (`gelu`): the tanh
+/// approximation. Measured on all-MiniLM-L6-v2 against the fp32 sentence-transformers
+/// embeddings (`tests/minilm.rs`, CPU backend, the same arithmetic as CUDA's):
+/// see `half_precision_gelu_forms` there.
+pub const HALF_PRECISION_GELU: Activation = Activation::GeluTanh;
+
 /// `fc2(act(fc1(x)))`, with `fc1`'s bias and the activation fused into one kernel. In BERT this
 /// is the feed-forward block (`intermediate.dense`, GELU, `output.dense`).
 ///
@@ -83,14 +89,35 @@ impl Mlp {
         })
     }
 
-    /// This MLP with both layers in `dtype`.
+    /// This MLP with both layers in `dtype`. In f16 and bf16 the erf GELU becomes its tanh
+    /// approximation ([`Activation::GeluTanh`]), which CUDA computes in the first product's
+    /// epilogue instead of a separate pass over the `[tokens, intermediate]` activations (as
+    /// text-embeddings-inference does); [`Self::with_activation`] sets the erf form back.
+    /// See [`HALF_PRECISION_GELU`] for what it costs in accuracy.
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        let act = match self.act {
+            Activation::Gelu if dtype.is_half() => HALF_PRECISION_GELU,
+            act => act,
+        };
         Ok(Self {
             fc1: self.fc1.with_dtype(dtype)?,
-            act: self.act,
+            act,
             gate: self.gate,
             fc2: self.fc2.with_dtype(dtype)?,
         })
+    }
+
+    /// This MLP with activation `act` (same weights).
+    pub fn with_activation(&self, act: Activation) -> Self {
+        Self {
+            act,
+            ..self.clone()
+        }
+    }
+
+    /// The activation between the two layers.
+    pub fn activation(&self) -> Activation {
+        self.act
     }
 
     /// Applies the block to `[..., in]`.

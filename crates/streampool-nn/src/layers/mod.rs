@@ -15,5 +15,5 @@ pub use embedding::Embedding;
 pub use encoder_layer::TransformerEncoderLayer;
 pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearParams};
-pub use mlp::Mlp;
+pub use mlp::{Mlp, HALF_PRECISION_GELU};
 pub use norm::{Norm, RmsNorm};

@@ -40,8 +40,10 @@ impl BatchModel for EmbedBatch {
         inputs: Vec<EmbedRequest>,
         _ctx: &BatchContext,
     ) -> Result<Vec<EmbedOutput>, ModelError> {
-        // Padded to the batch's longest input rather than to the bucket: every input of the
-        // batch fits either way, and the padding is masked, so the shorter pad only saves work.
+        // Padded to the batch's longest input rather than to the bucket (every input of the
+        // batch fits either way, and the padding is masked); `embed_input` then runs a batch of
+        // mixed lengths packed, with no padding at all, where the embedder packs (f16/bf16 on
+        // CPU and CUDA), and the queue budgets such batches by their tokens (`packs`).
         let (ids, normalize): (Vec<Vec<i64>>, Vec<bool>) =
             inputs.into_iter().map(|r| (r.ids, r.normalize)).unzip();
         let input = BertInput::from_sequences(&ids)?;
@@ -96,6 +98,10 @@ impl BatchModel for EmbedBatch {
     /// Tokens: the router balances replicas by the tokens they hold, not the requests.
     fn cost(&self, r: &EmbedRequest) -> u64 {
         r.ids.len() as u64
+    }
+
+    fn packs(&self) -> bool {
+        self.embedder.packs()
     }
 
     fn device(&self) -> Option<Device> {

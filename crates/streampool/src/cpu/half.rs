@@ -137,6 +137,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             a,
             b,
             bias,
+            act,
             out,
             batch,
             m,
@@ -146,6 +147,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             ..
         } => K::Matmul {
             bias: bias.map(|p| w.input(p, n, dt)),
+            act,
             a: MatOperand {
                 ptr: w.input(a.ptr, mat_extent(&a, batch, m, k), dt),
                 ..a
@@ -287,6 +289,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
         K::Attention {
             qkv,
             mask,
+            packed,
             out,
             batch,
             seq,
@@ -294,10 +297,11 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             head_dim,
             ..
         } => {
-            let tokens = batch * seq;
+            let tokens = packed.map_or(batch * seq, |p| p.tokens);
             K::Attention {
                 qkv: w.input(qkv, tokens * 3 * heads * head_dim, dt),
                 mask,
+                packed,
                 out: w.output(out, tokens * heads * head_dim, dt),
                 batch,
                 seq,
@@ -381,6 +385,21 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             rows,
             cols,
             act,
+            dtype: f,
+        },
+        K::MeanPoolNormPacked {
+            x,
+            seqs,
+            out,
+            batch,
+            dim,
+            ..
+        } => K::MeanPoolNormPacked {
+            x: w.input(x, seqs.tokens * dim, dt),
+            seqs,
+            out,
+            batch,
+            dim,
             dtype: f,
         },
         K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return false,

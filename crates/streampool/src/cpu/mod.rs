@@ -74,6 +74,10 @@ impl BackendDevice for CpuDevice {
             self.id
         ))?))
     }
+    fn has_packed_kernels(&self) -> bool {
+        true
+    }
+
     fn cheap_events(&self) -> bool {
         true
     }

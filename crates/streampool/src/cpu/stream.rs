@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::kernels;
 use super::progress::Progress;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
-use crate::kernel::Kernel;
+use crate::kernel::{Activation, Kernel};
 use crate::sync::{Arc, Condvar, Mutex};
 use crate::{Error, Result};
 
@@ -231,6 +231,10 @@ struct SendPtr(u64);
 impl BackendStream for CpuStream {
     fn fuses_matmul_bias(&self) -> bool {
         true // the bias rows are added right after the product, while they are in cache
+    }
+
+    fn fuses_matmul_act(&self, _act: Activation) -> bool {
+        true // applied right after the bias, as the bias kernel would
     }
 
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {

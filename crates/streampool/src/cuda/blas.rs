@@ -26,7 +26,7 @@ use cudarc::cublas::sys::{
 use cudarc::driver::{result, sys};
 
 use super::blas_lt::{BlasLt, LtOperand};
-use crate::kernel::{MatOperand, MatmulMath};
+use crate::kernel::{Activation, MatOperand, MatmulMath};
 use crate::{DType, Error, Result};
 
 /// Workspace per handle. cuBLAS recommends up to 32 MiB on Hopper for large problems; the
@@ -192,9 +192,10 @@ impl Blas {
 /// leading dimension `rs` if rows are contiguous (`cs == 1`), else `T` with `cs` (`rs == 1`).
 /// Strides of extent-1 dimensions are arbitrary, so they are replaced by a valid minimum.
 impl Blas {
-    /// Row-major `out[m, n] = a[m, k] @ b[k, n] + bias[n]` in one cuBLASLt GEMM with a bias
-    /// epilogue. `Ok(false)` when this shape or math has no such plan (f32 with TF32, or
-    /// cuBLASLt found no algorithm): the caller then runs the GEMM and a bias kernel.
+    /// Row-major `out[m, n] = act(a[m, k] @ b[k, n] + bias[n])` in one cuBLASLt GEMM with a
+    /// bias (and activation) epilogue. `Ok(false)` when this shape, math or activation has no
+    /// such plan (f32 with TF32, the erf GELU, or cuBLASLt found no algorithm): the caller
+    /// then runs the GEMM and a bias + activation kernel.
     ///
     /// # Safety
     /// As [`Blas::matmul`]; `bias` holds `n` elements of `dtype`.
@@ -204,6 +205,7 @@ impl Blas {
         a: &MatOperand,
         b: &MatOperand,
         bias: u64,
+        act: Activation,
         out: u64,
         (m, n, k): (usize, usize, usize),
         dtype: DType,
@@ -240,6 +242,7 @@ impl Blas {
                 &lt_a,
                 &lt_b,
                 bias,
+                act,
                 out,
                 (n, m, k),
                 dtype,

@@ -70,6 +70,9 @@ macro_rules! args {
 /// Groups of 4 columns per lane of the warp-per-row layer norm (`SP_LN_GROUPS`): rows up to
 /// 4 * 32 * 8 = 1024 columns. Rows (warps) per block of that kernel.
 const LN_GROUPS: usize = 8;
+/// `sp_pool_rows`: warps per block and the widest row (`SP_POOL_WARPS`, `SP_POOL_MAX_DIM`).
+const POOL_WARPS: u32 = 8;
+const POOL_MAX_DIM: usize = 1024;
 /// Warps per block of the tensor-core attention (`__launch_bounds__(128, ..)` in kernels.cu).
 const MMA_WARPS: usize = 4;
 const LN_ROWS_PER_BLOCK: usize = 8;
@@ -190,6 +193,7 @@ impl Launcher<'_> {
                 a,
                 b,
                 bias,
+                act,
                 out,
                 batch,
                 m: rows,
@@ -220,7 +224,7 @@ impl Launcher<'_> {
                 }
                 let blas = guard.as_mut().expect("created above");
                 if let (Some(bias), 1) = (bias, batch) {
-                    if blas.matmul_bias(&a, &b, bias.0, out.0, (rows, n, k), dtype, math)? {
+                    if blas.matmul_bias(&a, &b, bias.0, act, out.0, (rows, n, k), dtype, math)? {
                         return Ok(());
                     }
                 }
@@ -234,10 +238,13 @@ impl Launcher<'_> {
                         out,
                         rows: batch * rows,
                         cols: n,
-                        act: Activation::Identity,
+                        act,
                         dtype,
                     }),
-                    None => Ok(()),
+                    None if act == Activation::Identity => Ok(()),
+                    None => Err(Error::InvalidArgument(
+                        "matmul: an activation epilogue needs a bias".into(),
+                    )),
                 }
             }
             Kernel::Unary {
@@ -367,6 +374,7 @@ impl Launcher<'_> {
                     Activation::Identity => 0,
                     Activation::Relu => 1,
                     Activation::Gelu => 2,
+                    Activation::GeluTanh => 3,
                 };
                 let (px, pb, po, r, c) = (x.0, bias.0, out.0, rows as u64, cols as u64);
                 // Rows of whole 16-byte chunks: a block per (two) rows, a thread per chunk,
@@ -468,6 +476,7 @@ impl Launcher<'_> {
             Kernel::Attention {
                 qkv,
                 mask,
+                packed,
                 out,
                 batch,
                 seq,
@@ -495,6 +504,9 @@ impl Launcher<'_> {
                     return Err(too_big(batch.max(heads)));
                 };
                 let (pq, pm, po) = (qkv.0, mask.map_or(0, |m| m.0), out.0);
+                // Packed: the offsets and the token count; the grid is sized by `seq`, the
+                // longest sequence, and blocks past their own sequence's end leave at once.
+                let (poff, tokens) = packed.map_or((0u64, 0i64), |p| (p.ptr.0, p.tokens as i64));
                 let half = match dtype {
                     DType::F16 => Some(0),
                     DType::BF16 => Some(1),
@@ -513,7 +525,7 @@ impl Launcher<'_> {
                         &m.attention_mma[slot][t],
                         (gx, gy, gz),
                         32 * warps as u32,
-                        &mut args![pq, pm, po, s, h],
+                        &mut args![pq, pm, poff, po, s, h, tokens],
                     );
                 }
                 let gx = seq.div_ceil(ATTENTION_QUERIES as usize) as u32;
@@ -521,7 +533,7 @@ impl Launcher<'_> {
                     m.attention[slot].get(dtype)?,
                     (gx, gy, gz),
                     ATTENTION_QUERIES,
-                    &mut args![pq, pm, po, s, h, d],
+                    &mut args![pq, pm, poff, po, s, h, d, tokens],
                 )
             }
             Kernel::MeanPoolNorm {
@@ -537,6 +549,16 @@ impl Launcher<'_> {
                     return Ok(());
                 }
                 let (px, pm, po) = (x.0, mask.0, out.0);
+                if let (true, Ok(s32)) = (dim <= POOL_MAX_DIM, i32::try_from(seq)) {
+                    // Rows spread over a block's warps (sp_pool_rows).
+                    let (b, d, none, tokens) = (batch as u64, dim as u64, 0u64, 0i64);
+                    return self.go(
+                        m.pool_rows.get(dtype)?,
+                        batch.min(MAX_BLOCKS) as u32,
+                        32 * POOL_WARPS,
+                        &mut args![px, pm, none, po, b, s32, d, tokens],
+                    );
+                }
                 let (b, s, d) = (batch as u64, seq as u64, dim as u64);
                 self.go(
                     m.mean_pool_norm.get(dtype)?,
@@ -613,6 +635,33 @@ impl Launcher<'_> {
                     grid(rows * cols),
                     THREADS,
                     &mut args![px, po, r, c, code],
+                )
+            }
+            Kernel::MeanPoolNormPacked {
+                x,
+                seqs,
+                out,
+                batch,
+                dim,
+                dtype,
+            } => {
+                if batch == 0 || dim == 0 {
+                    return Ok(());
+                }
+                if dim > POOL_MAX_DIM {
+                    return Err(Error::InvalidArgument(format!(
+                        "packed mean pooling: rows of {dim} columns, at most {POOL_MAX_DIM}"
+                    )));
+                }
+                let (px, poff, po) = (x.0, seqs.ptr.0, out.0);
+                let (none, b, d, tokens) = (0u64, batch as u64, dim as u64, seqs.tokens as i64);
+                // Every sequence fits `tokens` rows; no cut.
+                let s32 = i32::try_from(seqs.tokens).unwrap_or(i32::MAX);
+                self.go(
+                    m.pool_rows.get(dtype)?,
+                    batch.min(MAX_BLOCKS) as u32,
+                    32 * POOL_WARPS,
+                    &mut args![px, none, poff, po, b, s32, d, tokens],
                 )
             }
         }

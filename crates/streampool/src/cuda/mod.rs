@@ -212,6 +212,10 @@ impl BackendDevice for CudaDevice {
         Ok(Arc::new(stream::CudaStream::new(raw, self.shared.clone())))
     }
 
+    fn has_packed_kernels(&self) -> bool {
+        true
+    }
+
     fn cheap_events(&self) -> bool {
         // A `cuEventRecord` per op output would cost more than many small kernels; record
         // the write event lazily, on the first read from another stream.

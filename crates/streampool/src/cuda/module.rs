@@ -57,6 +57,7 @@ pub(crate) struct Module {
     pub(super) rms_norm: PerDType,
     pub(super) rope: PerDType,
     pub(super) gated_act: PerDType,
+    pub(super) pool_rows: PerDType,
     pub(super) sleep: CudaFunction,
 }
 
@@ -127,6 +128,7 @@ impl Module {
             rms_norm: f3("sp_rms_norm")?,
             rope: f3("sp_rope")?,
             gated_act: f3("sp_gated_act")?,
+            pool_rows: f3("sp_pool_rows")?,
             sleep: f("sp_sleep")?,
             _module: module,
         })

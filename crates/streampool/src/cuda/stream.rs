@@ -12,7 +12,7 @@ use super::module::Module;
 use super::staging::{Staging, UploadRing};
 use super::{driver_err, Shared};
 use crate::backend::{BackendEvent, BackendGraph, BackendPinned, BackendStream, DevicePtr};
-use crate::kernel::Kernel;
+use crate::kernel::{Activation, Kernel};
 use crate::sync::{Arc, Mutex};
 use crate::{Error, Result};
 
@@ -211,6 +211,15 @@ impl BackendStream for CudaStream {
 
     fn fuses_matmul_bias(&self) -> bool {
         true // cuBLASLt's bias epilogue
+    }
+
+    fn fuses_matmul_act(&self, act: Activation) -> bool {
+        // cuBLASLt's BIAS, RELU_BIAS and GELU_BIAS epilogues; GELU_BIAS computes the tanh
+        // form, so BERT's erf GELU stays a separate pass.
+        matches!(
+            act,
+            Activation::Identity | Activation::Relu | Activation::GeluTanh
+        )
     }
 
     fn capture_stream(&self) -> Result<Option<Arc<dyn BackendStream>>> {

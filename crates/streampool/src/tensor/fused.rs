@@ -4,7 +4,7 @@
 use smallvec::smallvec;
 
 use super::{launch, Inputs, OutSpec, Tensor};
-use crate::kernel::Kernel;
+use crate::kernel::{Activation, Kernel, MatmulMath, SeqOffsets};
 use crate::{DType, Error, Result};
 
 impl Tensor {
@@ -25,6 +25,30 @@ impl Tensor {
             ));
         }
         Ok(())
+    }
+
+    /// `act(self @ rhs + bias)`: a linear layer and its activation in one kernel where the
+    /// backend fuses them (on CUDA, cuBLASLt's epilogues for `Identity`, `Relu` and
+    /// `GeluTanh`; the erf [`Activation::Gelu`] has none), else a product and one bias +
+    /// activation pass. Same shapes and math as [`Tensor::matmul_bias`].
+    ///
+    /// ```
+    /// use streampool::{Activation, Device, MatmulMath, Tensor};
+    /// let dev = Device::cpu();
+    /// let x = Tensor::from_vec(vec![1.0f32, -2.0], &[1, 2], &dev).unwrap();
+    /// let w = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], &[2, 2], &dev).unwrap();
+    /// let b = Tensor::from_vec(vec![0.5f32, 0.5], &[2], &dev).unwrap();
+    /// let y = x.matmul_bias_act(&w, &b, Activation::Relu, MatmulMath::Exact).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.5, 0.0]);
+    /// ```
+    pub fn matmul_bias_act(
+        &self,
+        rhs: &Tensor,
+        bias: &Tensor,
+        act: Activation,
+        math: MatmulMath,
+    ) -> Result<Tensor> {
+        self.matmul_impl(rhs, Some(bias), act, math)
     }
 
     /// Multi-head self-attention in one kernel, on the output of a fused QKV projection.
@@ -77,6 +101,7 @@ impl Tensor {
         launch(self.device(), &inputs, spec, |o| Kernel::Attention {
             qkv: px,
             mask: pm,
+            packed: None,
             out: o,
             batch,
             seq,
@@ -124,5 +149,123 @@ impl Tensor {
                 dtype,
             }
         })
+    }
+
+    /// `I64` `[batch + 1]` sequence offsets on this tensor's device; returns `batch`.
+    fn check_offsets(&self, offsets: &Tensor, op: &'static str) -> Result<usize> {
+        if offsets.dtype() != DType::I64 {
+            return Err(Error::DType {
+                op,
+                expected: DType::I64,
+                got: offsets.dtype(),
+            });
+        }
+        self.same_device(offsets, op)?;
+        match *offsets.dims() {
+            [n] if n >= 1 => Ok(n - 1),
+            _ => Err(Error::shape(
+                op,
+                format!("offsets {:?} must be [batch + 1]", offsets.dims()),
+            )),
+        }
+    }
+
+    /// [`Tensor::attention`] over a packed batch (flash-attention's varlen form): `self` is
+    /// `[tokens, 3 * heads * head_dim]`, the QKV projections of sequences stored back to back,
+    /// and `offsets` (`I64` `[batch + 1]`, non-decreasing from 0 to `tokens`) says where each
+    /// starts: sequence `b` is rows `offsets[b]..offsets[b + 1]` and attends to itself only.
+    /// `max_len` is at least the longest sequence (a longer one is cut to it, its last rows
+    /// left unspecified). Returns `[tokens, heads * head_dim]`. No padding is computed: a
+    /// batch of lengths 8 and 256 costs what its 264 tokens cost. The offsets stay on the
+    /// device, so they are not checked; offsets that break the rule give unspecified rows but
+    /// never reach outside the tensors (the kernels clamp them).
+    ///
+    /// ```
+    /// use streampool::{Device, Tensor};
+    /// let dev = Device::cpu();
+    /// // Two sequences of one head of width 1: [q, k, v] rows; lengths 1 and 2.
+    /// let qkv = Tensor::from_vec(vec![0.0f32, 1.0, 10.0,  0.0, 1.0, 30.0,  0.0, 2.0, 50.0],
+    ///                            &[3, 3], &dev).unwrap();
+    /// let offsets = Tensor::from_vec(vec![0i64, 1, 3], &[3], &dev).unwrap();
+    /// let y = qkv.attention_packed(&offsets, 2, 1).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![10.0, 40.0, 40.0]); // each its own mean
+    /// ```
+    pub fn attention_packed(
+        &self,
+        offsets: &Tensor,
+        max_len: usize,
+        heads: usize,
+    ) -> Result<Tensor> {
+        const OP: &str = "attention_packed";
+        self.expect_float(OP)?;
+        let &[tokens, width] = self.dims() else {
+            return Err(Error::shape(
+                OP,
+                format!("qkv must be [tokens, 3 * hidden], got {:?}", self.dims()),
+            ));
+        };
+        if heads == 0 || width == 0 || !width.is_multiple_of(3 * heads) {
+            return Err(Error::shape(
+                OP,
+                format!("last dim {width} is not 3 x {heads} heads x a head width"),
+            ));
+        }
+        let head_dim = width / (3 * heads);
+        let batch = self.check_offsets(offsets, OP)?;
+        let (x, off) = (self.as_contiguous()?, offsets.as_contiguous()?);
+        let (px, po, dtype) = (x.ptr(), off.ptr(), x.dtype());
+        let spec = x.out_like(&[tokens, heads * head_dim]);
+        launch(self.device(), &[&x, &off], spec, |o| Kernel::Attention {
+            qkv: px,
+            mask: None,
+            packed: Some(SeqOffsets { ptr: po, tokens }),
+            out: o,
+            batch,
+            seq: max_len.min(tokens),
+            heads,
+            head_dim,
+            dtype,
+        })
+    }
+
+    /// [`Tensor::mean_pool_normalize`] over a packed batch: `self` is `[tokens, dim]` with the
+    /// sequences back to back as `offsets` (`I64` `[batch + 1]`, see
+    /// [`Tensor::attention_packed`]) says; sentence `b` is the normalized mean of its rows
+    /// (an empty one gives zeros). The result is `F32` `[batch, dim]`.
+    ///
+    /// ```
+    /// use streampool::{Device, Tensor};
+    /// let dev = Device::cpu();
+    /// let h = Tensor::from_vec(vec![3.0f32, 0.0, 5.0, 8.0, 0.0, 2.0], &[3, 2], &dev).unwrap();
+    /// let offsets = Tensor::from_vec(vec![0i64, 2, 3], &[3], &dev).unwrap();
+    /// let e = h.mean_pool_normalize_packed(&offsets).unwrap().to_vec::<f32>().unwrap();
+    /// assert!((e[0] - 0.5f32.sqrt()).abs() < 1e-6); // mean [4, 4], normalized
+    /// assert_eq!(&e[2..], &[0.0, 1.0]); // [0, 2], normalized
+    /// ```
+    pub fn mean_pool_normalize_packed(&self, offsets: &Tensor) -> Result<Tensor> {
+        const OP: &str = "mean_pool_normalize_packed";
+        self.expect_float(OP)?;
+        let &[tokens, dim] = self.dims() else {
+            return Err(Error::shape(
+                OP,
+                format!("input must be [tokens, dim], got {:?}", self.dims()),
+            ));
+        };
+        let batch = self.check_offsets(offsets, OP)?;
+        let (x, off) = (self.as_contiguous()?, offsets.as_contiguous()?);
+        let (px, po, dtype) = (x.ptr(), off.ptr(), x.dtype());
+        launch(
+            self.device(),
+            &[&x, &off],
+            OutSpec::f32(&[batch, dim]),
+            |o| Kernel::MeanPoolNormPacked {
+                x: px,
+                seqs: SeqOffsets { ptr: po, tokens },
+                out: o,
+                batch,
+                dim,
+                dtype,
+            },
+        )
     }
 }

@@ -170,7 +170,7 @@ impl Tensor {
     /// [`Tensor::matmul`] with an explicit math mode for `F32` operands ([`MatmulMath::Tf32`]
     /// opts into TF32 tensor cores on CUDA; ignored for half operands and on the CPU).
     pub fn matmul_with(&self, rhs: &Tensor, math: MatmulMath) -> Result<Tensor> {
-        self.matmul_impl(rhs, None, math)
+        self.matmul_impl(rhs, None, Activation::Identity, math)
     }
 
     /// `self @ rhs + bias`, the bias (`[n]`) added to every row of the product: a linear
@@ -188,10 +188,19 @@ impl Tensor {
     /// assert!(x.matmul_bias(&w, &x, MatmulMath::Exact).is_err()); // bias is not [2]
     /// ```
     pub fn matmul_bias(&self, rhs: &Tensor, bias: &Tensor, math: MatmulMath) -> Result<Tensor> {
-        self.matmul_impl(rhs, Some(bias), math)
+        self.matmul_impl(rhs, Some(bias), Activation::Identity, math)
     }
 
-    fn matmul_impl(&self, rhs: &Tensor, bias: Option<&Tensor>, math: MatmulMath) -> Result<Tensor> {
+    /// The product, plus `bias` and then `act` where given (`act` is `Identity` without a
+    /// bias): one [`Kernel::Matmul`] where the backend fuses them, else the product and one
+    /// bias + activation pass.
+    pub(super) fn matmul_impl(
+        &self,
+        rhs: &Tensor,
+        bias: Option<&Tensor>,
+        act: Activation,
+        math: MatmulMath,
+    ) -> Result<Tensor> {
         const OP: &str = "matmul";
         self.expect_float(OP)?;
         self.same_dtype(rhs, OP)?;
@@ -225,13 +234,11 @@ impl Tensor {
                 b.same_device(self, OP)?;
                 // Borrowing the current stream (not cloning it) touches no shared count.
                 let fuses = crate::stream_pool::with_current_stream(self.device(), |s| {
-                    Ok(s.inner.fuses_matmul_bias())
+                    Ok(s.inner.fuses_matmul_bias() && s.inner.fuses_matmul_act(act))
                 })?;
                 if !fuses {
                     // The checks above and below run in matmul_with and bias_act.
-                    return self
-                        .matmul_with(rhs, math)?
-                        .bias_act(b, Activation::Identity);
+                    return self.matmul_with(rhs, math)?.bias_act(b, act);
                 }
                 if b.dims() != [n] {
                     return Err(Error::shape(
@@ -269,7 +276,7 @@ impl Tensor {
             shape.extend([m, n]);
             return self
                 .reshape(&[rows, k])?
-                .matmul_impl(rhs, bias.as_deref(), math)?
+                .matmul_impl(rhs, bias.as_deref(), act, math)?
                 .reshape(&shape);
         }
         // An empty output needs no work (and then its batch dims alone may not fit a usize).
@@ -291,6 +298,7 @@ impl Tensor {
                 a: ao,
                 b: bo,
                 bias: bias_ptr,
+                act,
                 out: o,
                 batch,
                 m,

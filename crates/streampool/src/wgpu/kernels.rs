@@ -391,6 +391,7 @@ fn kernel_name(kernel: &Kernel) -> &'static str {
         Kernel::RmsNorm { .. } => "rms_norm",
         Kernel::Rope { .. } => "rope",
         Kernel::GatedAct { .. } => "gated_act",
+        Kernel::MeanPoolNormPacked { .. } => "mean_pool_normalize (packed)",
     }
 }
 
@@ -557,9 +558,10 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             n,
             k: kk,
             bias,
+            act,
             ..
         } => {
-            if bias.is_some() {
+            if bias.is_some() || *act != Activation::Identity {
                 return Err(Error::InvalidArgument(
                     "wgpu matmul with a fused bias (the backend does not fuse it: Tensor::matmul_bias adds it separately)".into(),
                 ));
@@ -683,6 +685,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 Activation::Identity => 0,
                 Activation::Relu => 1,
                 Activation::Gelu => 2,
+                Activation::GeluTanh => 3,
             };
             let params = [xo, bo, oo, word(n, "length")?, word(*cols, "cols")?, code];
             b.dispatch(
@@ -758,6 +761,14 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 &[&xb, &ob],
                 grid(outputs)?,
             )?;
+        }
+        Kernel::Attention {
+            packed: Some(_), ..
+        }
+        | Kernel::MeanPoolNormPacked { .. } => {
+            return Err(Error::Unavailable(
+                "wgpu: packed (varlen) batches are not implemented; run them padded".into(),
+            ))
         }
         Kernel::Attention {
             qkv,

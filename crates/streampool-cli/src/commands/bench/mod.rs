@@ -49,7 +49,8 @@ pub struct Args {
     /// Device to run on: cpu, cuda, cuda:N, wgpu or wgpu:ADAPTER.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Workloads: mlp, minilm32, minilm128.
+    /// Workloads: mlp, minilm32, minilm128, minilmN (N tokens, up to the model's positions),
+    /// minilm-mix (mixed lengths, 8-256 tokens; see `workloads::mix_lengths`).
     #[arg(long, value_delimiter = ',', default_value = "mlp,minilm32,minilm128")]
     workloads: Vec<String>,
     /// Scenarios: threading, batching, ceiling, forward, overhead.
@@ -121,6 +122,7 @@ pub struct Args {
 enum Point {
     Ceiling(usize, usize),
     Forward(usize, usize),
+    ForwardPadded(usize, usize),
     Threading(usize, usize),
     Batching(usize, QueueSetup),
     Overhead,
@@ -132,6 +134,7 @@ impl Point {
         match self {
             Point::Ceiling(i, _)
             | Point::Forward(i, _)
+            | Point::ForwardPadded(i, _)
             | Point::Threading(i, _)
             | Point::Batching(i, _) => Some(*i),
             Point::Overhead => None,
@@ -232,9 +235,14 @@ pub fn run(args: Args) -> Result<()> {
     for &dtype in &dtypes {
         let mut encoder = None;
         for name in args.workloads.iter().filter(|n| n.starts_with("minilm")) {
-            let seq: usize = name["minilm".len()..].parse().map_err(|_| {
-                anyhow::anyhow!("bad workload {name:?}: expected minilm32, minilm128 or minilmN")
-            })?;
+            let seq: Option<usize> = match &name["minilm".len()..] {
+                "-mix" => None,
+                n => Some(n.parse().map_err(|_| {
+                    anyhow::anyhow!(
+                        "bad workload {name:?}: expected minilm32, minilm128, minilmN or minilm-mix"
+                    )
+                })?),
+            };
             if choice.is_none() {
                 choice = Some(workloads::choose_encoder(args.minilm.clone())?);
             }
@@ -246,7 +254,10 @@ pub fn run(args: Args) -> Result<()> {
                 encoder = Some((emb, label));
             }
             let (emb, label) = encoder.as_ref().expect("loaded just above");
-            let e = EncoderWorkload::with_seq(emb.clone(), seq, !args.no_prepare_stage)?;
+            let e = match seq {
+                Some(seq) => EncoderWorkload::with_seq(emb.clone(), seq, !args.no_prepare_stage)?,
+                None => EncoderWorkload::mixed(emb.clone(), !args.no_prepare_stage)?,
+            };
             loaded.push((Workload::Encoder(Arc::new(e)), Some(label.clone())));
         }
     }
@@ -264,7 +275,13 @@ pub fn run(args: Args) -> Result<()> {
                     vec![sweep_batch]
                 }
             });
-            points.extend(batches.into_iter().map(|b| Point::Forward(i, b)));
+            let mix = matches!(w, Workload::Encoder(e) if e.mix);
+            for b in batches {
+                points.push(Point::Forward(i, b));
+                if mix {
+                    points.push(Point::ForwardPadded(i, b));
+                }
+            }
         }
         if has("ceiling") || has("batching") {
             let mut batches = args.ceiling_batches.clone().unwrap_or_else(|| {
@@ -444,6 +461,16 @@ fn run_point(
             bar.set_message(format!("{} forward batch {b}", loaded[*i].0.name()));
             vec![with_model(
                 scenarios::forward(dev, &loaded[*i].0, *b, plan.window)?,
+                *i,
+            )]
+        }
+        Point::ForwardPadded(i, b) => {
+            bar.set_message(format!(
+                "{} forward (padded) batch {b}",
+                loaded[*i].0.name()
+            ));
+            vec![with_model(
+                scenarios::forward_padded(dev, &loaded[*i].0, *b, plan.window)?,
                 *i,
             )]
         }

@@ -19,7 +19,8 @@ pub struct Record {
     /// `mlp`, `minilm32`, `minilm128`, or `ops` for the overhead scenario.
     pub workload: String,
     /// `threading`, `batching`, `ceiling`, `forward` (pre-tokenized: forward, pooling and
-    /// read-back only) or `overhead`.
+    /// read-back only; packed for `minilm-mix` where the embedder packs), `forward-padded`
+    /// (`minilm-mix` on the padded path) or `overhead`.
     pub scenario: String,
     /// The compute dtype of the point: `f32`, `tf32`, `f16` or `bf16` (the MLP and the ops are
     /// always `f32`).

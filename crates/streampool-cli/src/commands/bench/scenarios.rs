@@ -82,6 +82,24 @@ pub fn forward(device: &Device, w: &Workload, batch: usize, window: Window) -> R
     Ok(rec)
 }
 
+/// [`forward`] on the padded path (scenario `forward-padded`): for the mixed-length workload,
+/// whose `forward` runs packed where the embedder packs (f16/bf16 on CPU and CUDA).
+pub fn forward_padded(
+    device: &Device,
+    w: &Workload,
+    batch: usize,
+    window: Window,
+) -> Result<Record> {
+    let Workload::Encoder(e) = w else {
+        bail!("the forward scenario is for the minilm workloads");
+    };
+    let input = e.tokenized(batch, 0)?;
+    let r = closed_loop(1, window, || {}, |_, _| e.forward_padded(&input).map(drop))?;
+    let mut rec = record(device, w, "forward-padded", batch, &r);
+    rec.threads = Some(1);
+    Ok(rec)
+}
+
 /// `threads` threads each calling the shared model with one row at a time.
 pub fn threading(device: &Device, w: &Workload, threads: usize, window: Window) -> Result<Record> {
     let r = closed_loop(
@@ -404,6 +422,24 @@ mod tests {
             super::super::workloads::MlpWorkload::new(&Device::cpu()).unwrap(),
         ));
         assert!(forward(&Device::cpu(), &mlp, 4, window()).is_err());
+    }
+
+    /// The mixed-length workload's lengths are the integers `bench/torch_baseline.py`'s
+    /// `mix_lengths` computes (printed by that script), so both systems run the same batch.
+    #[test]
+    fn mixed_lengths_match_the_pytorch_script() {
+        let l = super::super::workloads::mix_lengths(512);
+        assert_eq!(
+            &l[..12],
+            &[12, 33, 8, 67, 19, 55, 48, 67, 36, 179, 124, 112]
+        );
+        let (sum, min, max) = (
+            l.iter().sum::<usize>(),
+            *l.iter().min().unwrap(),
+            *l.iter().max().unwrap(),
+        );
+        assert_eq!((sum, min, max), (37356, 8, 255));
+        assert_eq!(super::super::workloads::mix_lengths(64), l[..64]);
     }
 
     /// The preparing stage's path (tokenize, then forward the tokens) gives exactly the

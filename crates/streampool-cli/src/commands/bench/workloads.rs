@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 use streampool::{Device, GraphCache};
 use streampool_batch::{BatchContext, BatchModel, ModelError, Prepared};
 use streampool_nn::{
-    find_minilm, find_tiny_bert, Activation, BertInput, ComputeDType, HostTensor, Linear,
-    LinearParams, Mlp, SentenceEmbedder,
+    find_minilm, find_tiny_bert, Activation, BertInput, BertModel, BertTokenizer, ComputeDType,
+    HostTensor, Linear, LinearParams, Mlp, SentenceEmbedder,
 };
 
 /// Input and hidden widths of the benchmark MLP (256-1024-GELU-256).
@@ -78,6 +78,31 @@ fn fitted_sentence(
         return Ok(text);
     }
     bail!("no synthetic sentence of exactly {seq} tokens with this tokenizer (got {n})")
+}
+
+/// The mixed-length workload (`minilm-mix`): sentence `i` has `mix_lengths(n)[i]` tokens.
+const MIX_MIN: usize = 8;
+const MIX_MAX: usize = 256;
+const MIX_SEED: u64 = 20;
+
+/// Token counts (special tokens included) of the mixed-length workload's first `n` sentences:
+/// `8 + floor(249 u^3)` with `u` uniform in [0, 1) from the LCG of [`values`] (seed 20), so
+/// lengths run from 8 to 256 with a long tail: median 39, mean 70, one in five over 128
+/// tokens (at 512 sentences). `bench/torch_baseline.py` computes the same integers
+/// (`mix_lengths`: `u` has 24 bits and the product is evaluated in the same order in f64).
+pub fn mix_lengths(n: usize) -> Vec<usize> {
+    let step = |s: u64| {
+        s.wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407)
+    };
+    let mut s = step(MIX_SEED);
+    (0..n)
+        .map(|_| {
+            s = step(s);
+            let u = (s >> 40) as f64 / (1u64 << 24) as f64;
+            MIX_MIN + ((MIX_MAX - MIX_MIN + 1) as f64 * u * u * u) as usize
+        })
+        .collect()
 }
 
 /// Deterministic values in [-1, 1) (a 64-bit LCG), for weights and inputs.
@@ -244,22 +269,32 @@ pub enum Tokenize {
 pub struct EncoderWorkload {
     embedder: Arc<SentenceEmbedder>,
     sentences: Vec<String>,
-    /// Tokens per sentence.
+    /// Tokens per sentence (the longest, for the mixed workload).
     pub seq: usize,
+    /// The mixed-length workload (`minilm-mix`).
+    pub mix: bool,
     pipelined: bool,
 }
 
 impl EncoderWorkload {
     /// Loads the encoder once (share it between sequence lengths with [`Self::with_seq`]);
-    /// `chunk`: its [`SentenceEmbedder::with_chunk_size`].
+    /// `chunk`: its [`SentenceEmbedder::with_chunk_size`]. The tokenizer truncates at the
+    /// model's positions (512 for all-MiniLM-L6-v2) rather than `sentence_bert_config.json`'s
+    /// `max_seq_length` (256), so the 512-token points run 512 tokens.
     pub fn load(
         device: &Device,
         choice: &EncoderChoice,
         dtype: ComputeDType,
         chunk: usize,
     ) -> Result<Arc<SentenceEmbedder>> {
+        let load = || -> Result<SentenceEmbedder> {
+            let model = BertModel::load_with(device, &choice.dir, dtype)?;
+            let max = model.config().max_position_embeddings;
+            let tokenizer = BertTokenizer::from_file(choice.dir.join("tokenizer.json"), max)?;
+            Ok(SentenceEmbedder::new(tokenizer, model)?)
+        };
         Ok(Arc::new(
-            SentenceEmbedder::load_with(device, &choice.dir, dtype)
+            load()
                 .with_context(|| format!("loading {} as {dtype}", choice.dir.display()))?
                 .with_chunk_size(chunk),
         ))
@@ -268,25 +303,46 @@ impl EncoderWorkload {
     /// The workload at `seq` tokens; checks that the sentences tokenize to exactly `seq`.
     /// `pipelined`: whether a BatchQueue tokenizes in its preparing stage.
     pub fn with_seq(embedder: Arc<SentenceEmbedder>, seq: usize, pipelined: bool) -> Result<Self> {
-        let mut sentences: Vec<String> = (0..INPUT_POOL).map(|i| sentence(i, seq)).collect();
+        Self::with_lengths(embedder, vec![seq; INPUT_POOL], false, pipelined)
+    }
+
+    /// The mixed-length workload `minilm-mix`: sentence `i` of [`mix_lengths`]`[i]` tokens.
+    pub fn mixed(embedder: Arc<SentenceEmbedder>, pipelined: bool) -> Result<Self> {
+        Self::with_lengths(embedder, mix_lengths(INPUT_POOL), true, pipelined)
+    }
+
+    fn with_lengths(
+        embedder: Arc<SentenceEmbedder>,
+        lengths: Vec<usize>,
+        mix: bool,
+        pipelined: bool,
+    ) -> Result<Self> {
         let tokens = |s: &str| -> Result<usize> { Ok(embedder.tokenize(&[s])?.seq_len()) };
-        if tokens(&sentences[0])? != seq {
+        let mut sentences: Vec<String> = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| sentence(i, n))
+            .collect();
+        if tokens(&sentences[0])? != lengths[0] {
             // Not a one-word-one-token vocabulary (SentencePiece, BPE, a tiny vocabulary):
-            // each sentence grows word by word to exactly `seq` tokens instead.
-            sentences = (0..INPUT_POOL)
-                .map(|i| fitted_sentence(i, seq, &tokens))
+            // each sentence grows word by word to exactly its length instead.
+            sentences = lengths
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| fitted_sentence(i, n, &tokens))
                 .collect::<Result<_>>()?;
         }
-        for s in &sentences[..4] {
+        for (s, &want) in sentences.iter().zip(&lengths).take(16) {
             let got = tokens(s)?;
-            if got != seq {
-                bail!("a synthetic sentence tokenized to {got} tokens, expected {seq}");
+            if got != want {
+                bail!("a synthetic sentence tokenized to {got} tokens, expected {want}");
             }
         }
         Ok(Self {
             embedder,
             sentences,
-            seq,
+            seq: lengths.iter().copied().max().unwrap_or(0),
+            mix,
             pipelined,
         })
     }
@@ -318,6 +374,12 @@ impl EncoderWorkload {
     /// and normalize, read-back of the embeddings (what PyTorch's forward figure counts).
     pub fn forward(&self, input: &BertInput) -> Result<Vec<f32>> {
         Ok(self.embedder.embed_input(input)?.to_vec::<f32>()?)
+    }
+
+    /// [`Self::forward`] on the padded path whatever the batch (the mixed workload compares
+    /// it with the packed path, which `forward` takes).
+    pub fn forward_padded(&self, input: &BertInput) -> Result<Vec<f32>> {
+        Ok(self.embedder.embed_input_padded(input)?.to_vec::<f32>()?)
     }
 
     /// Sentence `i` (cycling through the pool).
@@ -404,6 +466,7 @@ impl Workload {
     pub fn name(&self) -> String {
         match self {
             Workload::Mlp(_) => "mlp".into(),
+            Workload::Encoder(e) if e.mix => "minilm-mix".into(),
             Workload::Encoder(e) => format!("minilm{}", e.seq),
         }
     }

@@ -56,7 +56,7 @@ pub(super) unsafe fn bias_act(
 ) {
     let n = rows * cols;
     let cost = match act {
-        Activation::Gelu => 8 * cols,
+        Activation::Gelu | Activation::GeluTanh => 8 * cols,
         _ => cols,
     };
     let b = src(bias, cols);
@@ -84,6 +84,11 @@ multiversion! {
                     .zip(xr)
                     .zip(b)
                     .for_each(|((y, &x), &b)| *y = simd::gelu(x + b)),
+                Activation::GeluTanh => yr
+                    .iter_mut()
+                    .zip(xr)
+                    .zip(b)
+                    .for_each(|((y, &x), &b)| *y = super::gelu_tanh(x + b)),
             }
         }
     }

@@ -6,9 +6,11 @@
 
 mod attention;
 mod elementwise;
+mod epilogue;
 mod gated;
 mod matmul;
 mod norm;
+mod packed;
 mod pool;
 mod reduce;
 mod rms_norm;
@@ -66,13 +68,17 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             a,
             b,
             bias,
+            act,
             out,
             batch,
             m,
             n,
             k,
             ..
-        } => matmul::matmul(a, b, *bias, *out, *batch, *m, *n, *k),
+        } => {
+            matmul::matmul(a, b, *bias, *out, *batch, *m, *n, *k);
+            epilogue::apply(*out, batch * m * n, *act);
+        }
         Kernel::Unary {
             op, x, out, len, ..
         } => elementwise::unary(*op, *x, *out, *len),
@@ -132,6 +138,16 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
         } => reduce::reduce(*op, *x, *out, *outer, *axis, *inner),
         Kernel::Attention {
             qkv,
+            packed: Some(seqs),
+            out,
+            batch,
+            seq,
+            heads,
+            head_dim,
+            ..
+        } => packed::attention(*qkv, seqs, *out, *batch, *seq, *heads, *head_dim),
+        Kernel::Attention {
+            qkv,
             mask,
             out,
             batch,
@@ -180,5 +196,16 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             act,
             ..
         } => gated::gated_act(*x, *out, *rows, *cols, *act),
+        Kernel::MeanPoolNormPacked {
+            x,
+            seqs,
+            out,
+            batch,
+            dim,
+            ..
+        } => packed::mean_pool_norm(*x, seqs, *out, *batch, *dim),
     }
 }
+
+pub(crate) use epilogue::gelu_tanh;
+pub(crate) use simd::gelu;

@@ -1,4 +1,4 @@
-// p: [x offset, bias offset, out offset, rows * cols, cols, act (0 identity, 1 relu, 2 gelu)]
+// p: [x offset, bias offset, out offset, rows * cols, cols, act (0 identity, 1 relu, 2 gelu, 3 tanh gelu)]
 @group(0) @binding(1) var<storage, read> x: array<T>;
 @group(0) @binding(2) var<storage, read> bias: array<T>;
 @group(0) @binding(3) var<storage, read_write> out: array<T>;
@@ -17,6 +17,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         y = max(v, 0.0);
     } else if (act == 2u) {
         y = gelu(v);
+    } else if (act == 3u) {
+        y = gelu_tanh(v);
     }
     out[prm(2u) + i] = T(y);
 }

@@ -50,3 +50,8 @@ fn tanh_(x: f32) -> f32 {
     let t = (1.0 - e) / (1.0 + e);
     return select(t, -t, x < 0.0);
 }
+
+// GELU, tanh approximation (Hugging Face's gelu_new; cuBLASLt's GELU epilogue).
+fn gelu_tanh(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
