@@ -14,6 +14,9 @@ beyond BERT, under models/:
                       post-norm), CLS pooling
   tiny-nomic          NomicBERT (rotary positions, SwiGLU MLP, no biases, post-norm), mean
                       pooling + Normalize, prompts "query" / "document" ("search_query: ", ...)
+  tiny-modernbert     ModernBERT (3 layers: one global, two sliding-window layers of half
+                      width 4, rotary bases 1600 / 100, GeGLU, norms without bias, pre-norm),
+                      mean pooling + Normalize
   tiny-qwen3          Qwen3 as an embedder (causal, grouped-query attention with 4 query
                       heads over 2 key/value heads, q/k RMSNorm, RoPE, SwiGLU, pre-norm,
                       left padding), last-token pooling + Normalize, with an instruction
@@ -256,6 +259,20 @@ def main() -> None:
     sentence_transformers_files(root / "tiny-nomic", "mean", True,
                                 {"query": "search_query: ", "document": "search_document: "}, 64)
     tokenizer_config(root / "tiny-nomic", "[PAD]")
+
+    mbtok = kept_or_trained(root / "tiny-modernbert", lambda: wordpiece_tokenizer(
+        250, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "[CLS]", "[SEP]", False))
+    mbcfg = dict(vocab_size=mbtok.get_vocab_size(), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                 num_attention_heads=2, max_position_embeddings=64, hidden_activation="gelu", norm_eps=1e-5,
+                 local_attention=8, global_attn_every_n_layers=3,
+                 rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1600.0},
+                                  "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
+                 pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3)
+    m = tr.ModernBertModel(tr.ModernBertConfig(**mbcfg))
+    reinit(m, SEED + 7)
+    save(m, mbtok, root / "tiny-modernbert")
+    sentence_transformers_files(root / "tiny-modernbert", "mean", True, {"query": "search_query: "}, 64)
+    tokenizer_config(root / "tiny-modernbert", "[PAD]")
 
     qtok = kept_or_trained(root / "tiny-qwen3", lambda: bpe_tokenizer(300))
     qcfg = dict(vocab_size=qtok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,

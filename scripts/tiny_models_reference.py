@@ -49,6 +49,7 @@ EMBEDDERS = {
     "tiny-mpnet": tr.MPNetModel,
     "tiny-gte": tr.GteModel,
     "tiny-nomic": tr.NomicBertModel,
+    "tiny-modernbert": tr.ModernBertModel,
     "tiny-qwen3": tr.Qwen3Model,
 }
 CLASSIFIERS = {
@@ -103,7 +104,7 @@ def embedder_reference(name: str, cls) -> dict:
 
     def forward(ids, mask, types):
         kwargs = dict(input_ids=ids, attention_mask=mask)
-        if name != "tiny-qwen3":
+        if name not in ("tiny-qwen3", "tiny-modernbert"):
             kwargs["token_type_ids"] = types
         with torch.no_grad():
             return model(**kwargs).last_hidden_state.numpy()

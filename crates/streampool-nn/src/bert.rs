@@ -9,7 +9,7 @@ use std::sync::Arc;
 use streampool::phases::timed;
 use streampool::{Activation, Device, GraphCache, Tensor};
 
-use crate::families::{gte, mpnet, nomic, qwen3};
+use crate::families::{gte, modernbert, mpnet, nomic, qwen3};
 use crate::heads::ClassificationHead;
 use crate::layers::{
     AttentionInputs, AttentionMask, Embedding, LayerNorm, Norm, RmsNorm, Rotary,
@@ -129,6 +129,26 @@ impl BertEmbeddings {
     fn load(file: &WeightFile, p: &str, c: &BertConfig, device: &Device) -> Result<Self> {
         let h = c.hidden_size;
         let family = c.family()?;
+        if family == Family::ModernBert {
+            let word = file.get(
+                &format!("{p}embeddings.tok_embeddings.weight"),
+                &[c.vocab_size, h],
+            )?;
+            return Ok(Self {
+                word: Embedding::new(&word, device)?,
+                position: None,
+                position_offset: 0,
+                token_type: None,
+                position_type0: None,
+                norm: Some(LayerNorm::load_optional_bias(
+                    file,
+                    &format!("{p}embeddings.norm"),
+                    h,
+                    c.layer_norm_eps as f32,
+                    device,
+                )?),
+            });
+        }
         if family == Family::Qwen3 {
             let word = file.get(&format!("{p}embed_tokens.weight"), &[c.vocab_size, h])?;
             return Ok(Self {
@@ -332,6 +352,9 @@ pub struct BertModel {
     /// The pre-norm families' norm after the last layer.
     final_norm: Option<Norm>,
     rotary: Option<Rotary>,
+    /// ModernBERT's sliding-window layers: their rotary tables (another base), and which
+    /// layers they are.
+    sliding: Option<Sliding>,
     relative_bias: Option<mpnet::RelativeBias>,
     head: Option<ClassificationHead>,
     device: Device,
@@ -339,6 +362,16 @@ pub struct BertModel {
     /// The encoder layers as one CUDA graph per (stream, batch and length bucket); eager
     /// where the device has no graphs. Shared by clones (same weights).
     graphs: Arc<GraphCache>,
+}
+
+/// The sliding-window layers of a model (ModernBERT's local attention).
+#[derive(Debug, Clone)]
+struct Sliding {
+    rotary: Rotary,
+    /// Per layer: whether it attends within the window.
+    layers: Vec<bool>,
+    /// A query attends keys at most this many positions away.
+    half_window: usize,
 }
 
 /// Graph keys (stream x shape) kept per model.
@@ -398,6 +431,7 @@ impl BertModel {
                 .map(|n| n.with_dtype(dtype))
                 .transpose()?,
             rotary: self.rotary.clone(),
+            sliding: self.sliding.clone(),
             relative_bias: self
                 .relative_bias
                 .as_ref()
@@ -470,6 +504,7 @@ impl BertModel {
         let file = WeightFile::open(weights)?;
         let probe = match family {
             Family::Qwen3 => "embed_tokens.weight",
+            Family::ModernBert => "embeddings.tok_embeddings.weight",
             _ => "embeddings.word_embeddings.weight",
         };
         let prefix = ["", "bert.", "roberta.", "mpnet.", "new.", "model."]
@@ -500,6 +535,9 @@ impl BertModel {
                 Family::Qwen3 => {
                     qwen3::load_layer(&file, &format!("{prefix}layers.{i}"), config, device)
                 }
+                Family::ModernBert => {
+                    modernbert::load_layer(&file, &format!("{prefix}layers.{i}"), config, device)
+                }
             })
             .collect::<Result<_>>()?;
         let final_norm = match family {
@@ -508,15 +546,39 @@ impl BertModel {
                 config.norm_eps(),
                 device,
             )?)),
+            Family::ModernBert => Some(Norm::Layer(LayerNorm::load_optional_bias(
+                &file,
+                &format!("{prefix}final_norm"),
+                config.hidden_size,
+                config.layer_norm_eps as f32,
+                device,
+            )?)),
             _ => None,
         };
         let rotary = if family.is_rotary() {
             Some(Rotary::new(
                 config.head_dim(),
                 config.max_position_embeddings,
-                config.rope_base()?,
+                config.rope_base_of(false)?,
                 device,
             )?)
+        } else {
+            None
+        };
+        let sliding_layers: Vec<bool> = (0..config.num_hidden_layers)
+            .map(|i| config.is_sliding_layer(i))
+            .collect();
+        let sliding = if sliding_layers.iter().any(|&s| s) {
+            Some(Sliding {
+                rotary: Rotary::new(
+                    config.head_dim(),
+                    config.max_position_embeddings,
+                    config.rope_base_of(true)?,
+                    device,
+                )?,
+                layers: sliding_layers,
+                half_window: config.sliding_half_window(),
+            })
         } else {
             None
         };
@@ -536,6 +598,7 @@ impl BertModel {
             layers,
             final_norm,
             rotary,
+            sliding,
             relative_bias,
             head,
             device: device.clone(),
@@ -643,7 +706,31 @@ impl BertModel {
             .first()
             .is_some_and(|l| l.attention().is_fused())
             && self.relative_bias.is_none()
+            && self.sliding.is_none()
             && !self.family.is_causal()
+    }
+
+    /// Layer `i`'s mask, rotary tables and bias: the model's, or for a sliding-window layer
+    /// its window mask (`local`) and tables.
+    fn layer_inputs<'a>(
+        &'a self,
+        i: usize,
+        mask: &'a AttentionMask,
+        local: Option<&'a AttentionMask>,
+        bias: Option<&'a Tensor>,
+    ) -> AttentionInputs<'a> {
+        match (&self.sliding, local) {
+            (Some(w), Some(local)) if w.layers[i] => AttentionInputs {
+                mask: Some(local),
+                rotary: Some(&w.rotary),
+                bias,
+            },
+            _ => AttentionInputs {
+                mask: Some(mask),
+                rotary: self.rotary.as_ref(),
+                bias,
+            },
+        }
     }
 
     fn run(&self, input: &BertInput, keep_all: bool) -> Result<Vec<Tensor>> {
@@ -657,34 +744,45 @@ impl BertModel {
             }
         }
         let binary = self.fused_attention();
+        let dtype = self.dtype.dtype();
+        let local_mask = self
+            .sliding
+            .as_ref()
+            .map(|w| {
+                AttentionMask::sliding(mask, b, s, w.half_window, &self.device)?.to_dtype(dtype)
+            })
+            .transpose()?;
         let mask = if binary {
             AttentionMask::binary(mask, b, s, &self.device)?
         } else if self.family.is_causal() {
-            AttentionMask::causal(mask, b, s, &self.device)?.to_dtype(self.dtype.dtype())?
+            AttentionMask::causal(mask, b, s, &self.device)?.to_dtype(dtype)?
         } else {
-            AttentionMask::new(mask, b, s, &self.device)?.to_dtype(self.dtype.dtype())?
+            AttentionMask::new(mask, b, s, &self.device)?.to_dtype(dtype)?
         };
         let bias = self.relative_bias.as_ref().map(|r| r.bias(s)).transpose()?;
         let mut x = self.embeddings.forward(input)?;
         if !keep_all {
+            // The layers are pure device work on `x`, the masks and the bias: one graph per
+            // shape. Inputs: x, mask, then the bias and the sliding mask where present.
             let mut graph_inputs = vec![&x, mask.tensor()];
             graph_inputs.extend(bias.as_ref());
-            // The layers are pure device work on `x`, the mask and the bias: one graph per
-            // shape.
-            let out = self.graphs.run("bert-layers", &graph_inputs, |i| {
+            graph_inputs.extend(local_mask.as_ref().map(AttentionMask::tensor));
+            let has_bias = bias.is_some();
+            let out = self.graphs.run("bert-layers", &graph_inputs, |t| {
                 let mask = if binary {
-                    AttentionMask::from_binary(i[1].clone())?
+                    AttentionMask::from_binary(t[1].clone())?
                 } else {
-                    AttentionMask::from_additive(i[1].clone())?
+                    AttentionMask::from_additive(t[1].clone())?
                 };
-                let inputs = AttentionInputs {
-                    mask: Some(&mask),
-                    rotary: self.rotary.as_ref(),
-                    bias: i.get(2),
-                };
-                let mut x = i[0].clone();
-                for layer in &self.layers {
-                    x = layer.forward_with(&x, &inputs)?;
+                let bias = if has_bias { t.get(2) } else { None };
+                let local = t
+                    .get(if has_bias { 3 } else { 2 })
+                    .map(|l| AttentionMask::from_additive(l.clone()))
+                    .transpose()?;
+                let mut x = t[0].clone();
+                for (i, layer) in self.layers.iter().enumerate() {
+                    x = layer
+                        .forward_with(&x, &self.layer_inputs(i, &mask, local.as_ref(), bias))?;
                 }
                 if let Some(n) = &self.final_norm {
                     x = n.forward(&x)?;
@@ -693,14 +791,12 @@ impl BertModel {
             })?;
             return Ok(out);
         }
-        let inputs = AttentionInputs {
-            mask: Some(&mask),
-            rotary: self.rotary.as_ref(),
-            bias: bias.as_ref(),
-        };
         let mut states = Vec::new();
-        for layer in &self.layers {
-            let next = layer.forward_with(&x, &inputs)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let next = layer.forward_with(
+                &x,
+                &self.layer_inputs(i, &mask, local_mask.as_ref(), bias.as_ref()),
+            )?;
             states.push(x);
             x = next;
         }

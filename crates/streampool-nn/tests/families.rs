@@ -1,4 +1,5 @@
-//! The model families past BERT (XLM-RoBERTa, MPNet, GTE, Qwen3) and the classification heads
+//! The model families past BERT (XLM-RoBERTa, MPNet, GTE, NomicBERT, ModernBERT, Qwen3) and
+//! the classification heads
 //! (reranker, classifier), on their tiny checkpoints (`models/tiny-*`, made by
 //! `scripts/make_tiny_models.py`) against float64 outputs of Hugging Face `transformers`
 //! (`tests/data/tiny_models_reference.json`, `scripts/tiny_models_reference.py`): token ids,
@@ -16,11 +17,12 @@ use streampool_nn::{
     tiny_model_dir, BertModel, Classifier, ComputeDType, Family, Reranker, SentenceEmbedder,
 };
 
-const EMBEDDERS: [(&str, Family, PoolingMode); 5] = [
+const EMBEDDERS: [(&str, Family, PoolingMode); 6] = [
     ("tiny-xlmr", Family::Roberta, PoolingMode::Cls),
     ("tiny-mpnet", Family::MPNet, PoolingMode::Mean),
     ("tiny-gte", Family::Gte, PoolingMode::Cls),
     ("tiny-nomic", Family::NomicBert, PoolingMode::Mean),
+    ("tiny-modernbert", Family::ModernBert, PoolingMode::Mean),
     ("tiny-qwen3", Family::Qwen3, PoolingMode::LastToken),
 ];
 
@@ -276,6 +278,22 @@ fn models_without_a_head_are_not_classifiers_and_families_check_their_configs() 
         (768, 3072, 64)
     );
     assert_eq!(nomic.rope_base().unwrap(), 1000.0);
+    // ModernBERT's older configs: every third layer global, one rotary base per kind.
+    let modern = streampool_nn::BertConfig::from_json(
+        r#"{"model_type": "modernbert", "vocab_size": 50368, "hidden_size": 768,
+            "num_hidden_layers": 22, "num_attention_heads": 12, "intermediate_size": 1152,
+            "max_position_embeddings": 8192, "hidden_activation": "gelu", "norm_eps": 1e-5,
+            "global_attn_every_n_layers": 3, "local_attention": 128,
+            "global_rope_theta": 160000.0, "local_rope_theta": 10000.0}"#,
+    )
+    .unwrap();
+    assert_eq!(modern.family().unwrap(), Family::ModernBert);
+    let sliding: Vec<bool> = (0..6).map(|i| modern.is_sliding_layer(i)).collect();
+    assert_eq!(sliding, [false, true, true, false, true, true]);
+    assert_eq!(modern.sliding_half_window(), 64);
+    assert_eq!(modern.rope_base_of(false).unwrap(), 160000.0);
+    assert_eq!(modern.rope_base_of(true).unwrap(), 10000.0);
+    assert_eq!(modern.layer_norm_eps, 1e-5);
     for bad in [
         r#"{"model_type": "nomic_bert", "vocab_size": 10, "n_embd": 8, "n_layer": 1, "n_head": 2,
             "n_inner": 16, "n_positions": 8, "activation_function": "swiglu",
@@ -378,6 +396,7 @@ fn half_precision_takes_the_fused_attention_where_it_covers_the_family() {
         ("tiny-xlmr", true),
         ("tiny-gte", true),
         ("tiny-nomic", true),
+        ("tiny-modernbert", false),
         ("tiny-mpnet", false),
         ("tiny-qwen3", false),
     ] {

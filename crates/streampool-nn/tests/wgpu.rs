@@ -130,7 +130,7 @@ fn families_on_wgpu_match_reference_or_say_unavailable() {
         println!("wgpu {name}: max abs diff {d:.3e}, min cosine {c:.10}");
         assert!(d < 1e-4 && c > 0.99999, "{name}: {d}, {c}");
     }
-    for name in ["tiny-gte", "tiny-nomic", "tiny-qwen3"] {
+    for name in ["tiny-gte", "tiny-nomic", "tiny-modernbert", "tiny-qwen3"] {
         let emb = SentenceEmbedder::load(&dev, tiny_model_dir(name)).unwrap();
         let err = emb.embed(&["hello"]).unwrap_err().to_string();
         println!("wgpu {name}: {err}");

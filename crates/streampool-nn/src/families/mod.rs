@@ -4,6 +4,7 @@
 //! ([`TransformerEncoderLayer::load_bert`](crate::TransformerEncoderLayer::load_bert)).
 
 pub(crate) mod gte;
+pub(crate) mod modernbert;
 pub(crate) mod mpnet;
 pub(crate) mod nomic;
 pub(crate) mod qwen3;

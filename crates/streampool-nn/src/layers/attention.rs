@@ -77,6 +77,40 @@ impl AttentionMask {
     /// assert_eq!((v[0], v[1], v[3], v[4]), (0.0, f32::MIN, 0.0, 0.0));
     /// ```
     pub fn causal(mask: &[i64], batch: usize, seq: usize, device: &Device) -> Result<Self> {
+        Self::pairwise(mask, batch, seq, device, |i, j| j <= i)
+    }
+
+    /// A sliding-window additive mask, `[batch, 1, seq, seq]`: query `i` attends key `j` when
+    /// `|i - j| <= half_window` and `mask[b, j]` is 1 (ModernBERT's local layers).
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::AttentionMask;
+    /// let m = AttentionMask::sliding(&[1, 1, 1], 1, 3, 1, &Device::cpu()).unwrap();
+    /// let v = m.tensor().to_vec::<f32>().unwrap();
+    /// assert_eq!((v[1], v[2], v[3]), (0.0, f32::MIN, 0.0)); // row 0 sees keys 0 and 1
+    /// ```
+    pub fn sliding(
+        mask: &[i64],
+        batch: usize,
+        seq: usize,
+        half_window: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::pairwise(mask, batch, seq, device, |i, j| {
+            i.abs_diff(j) <= half_window
+        })
+    }
+
+    /// An additive `[batch, 1, seq, seq]` mask: query `i` attends key `j` when `keep(i, j)`
+    /// and `mask[b, j]` is 1.
+    fn pairwise(
+        mask: &[i64],
+        batch: usize,
+        seq: usize,
+        device: &Device,
+        keep: impl Fn(usize, usize) -> bool,
+    ) -> Result<Self> {
         if mask.len() != batch * seq {
             return Err(Error::Input(format!(
                 "attention mask has {} values, expected batch {batch} x seq {seq}",
@@ -92,7 +126,7 @@ impl AttentionMask {
         for row in mask.chunks_exact(seq.max(1)) {
             for i in 0..seq {
                 additive.extend(row.iter().enumerate().map(|(j, &m)| {
-                    if j <= i && m == 1 {
+                    if keep(i, j) && m == 1 {
                         0.0
                     } else {
                         MASKED
@@ -110,21 +144,24 @@ impl AttentionMask {
     }
 
     /// This additive mask in `dtype`, for the unfused attention of half-precision layers
-    /// that the fused kernel does not cover (score bias, rotary positions, grouped-query or
-    /// causal attention). `f32::MIN` becomes f16's most negative finite value, -65504, not
-    /// an infinity: a query whose keys are all masked then attends uniformly instead of
-    /// giving NaN, which would reach real tokens through `0 * NaN` in the next layer.
+    /// that the fused kernel does not cover (score bias, grouped-query heads, causal or
+    /// sliding-window masks). `f32::MIN` becomes a large finite negative number, not an
+    /// infinity (it is past f16's and bf16's largest values): a query whose keys are all
+    /// masked (padding far from any token in a sliding window) then attends uniformly
+    /// instead of giving NaN, which would reach real tokens through `0 * NaN` in the next
+    /// layer.
     pub fn to_dtype(&self, dtype: streampool::DType) -> Result<Self> {
         if self.binary || dtype == self.additive.dtype() {
             return Ok(self.clone());
         }
-        let floor = Tensor::full(-65504.0, &[1], self.additive.device())?;
-        let t = match dtype {
-            streampool::DType::F16 => self.additive.maximum(&floor)?.to_dtype(dtype)?,
-            _ => self.additive.to_dtype(dtype)?,
+        let floor = match dtype {
+            streampool::DType::F16 => -65504.0,
+            // bf16's largest finite value is 3.39e38, below f32::MAX.
+            _ => -1e38,
         };
+        let floor = Tensor::full(floor, &[1], self.additive.device())?;
         Ok(Self {
-            additive: t,
+            additive: self.additive.maximum(&floor)?.to_dtype(dtype)?,
             ..self.clone()
         })
     }
@@ -522,7 +559,7 @@ impl MultiheadAttention {
 
     /// Whether this layer uses the fused attention kernel (and so a binary mask) when called
     /// without a score bias: half precision or the CPU, and none of the options the kernel
-    /// lacks. An f32 CPU layer also takes an additive mask, and then runs unfused.
+    /// lacks. Given an additive mask (causal, sliding window) any layer runs unfused.
     pub fn is_fused(&self) -> bool {
         (self.half || self.cpu) && self.is_plain()
     }
@@ -589,18 +626,18 @@ impl MultiheadAttention {
                 x.dims()
             )));
         }
-        // Half layers take binary masks when fused; f32 CPU layers run fused unless given
-        // an additive mask.
-        let fused = self.is_fused()
-            && inputs.bias.is_none()
-            && (self.half || inputs.mask.is_none_or(|m| m.binary));
+        // Half layers fuse with a binary mask, and f32 CPU layers too; an additive mask
+        // (causal, sliding window, or the f32 path elsewhere) takes the unfused kernels: the
+        // fused kernel masks padding only.
+        let fused =
+            self.is_fused() && inputs.bias.is_none() && inputs.mask.is_none_or(|m| m.binary);
         if let Some(m) = inputs.mask {
-            if m.binary != fused {
-                return Err(Error::Input(format!(
-                    "attention: {} layer given a {} mask",
-                    if fused { "fused" } else { "unfused" },
-                    if m.binary { "binary" } else { "additive" }
-                )));
+            if m.binary && !fused {
+                return Err(Error::Input(
+                    "attention: a binary mask needs the fused kernel (half precision, no score \
+                     bias, no grouped or normed heads)"
+                        .into(),
+                ));
             }
             if (m.batch, m.seq) != (batch, seq) {
                 return Err(Error::Input(format!(

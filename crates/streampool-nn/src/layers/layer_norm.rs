@@ -49,7 +49,25 @@ impl LayerNorm {
         Self::new(&gamma, &beta, eps, device)
     }
 
-    /// Normalises `x` over its last axis.
+    /// Reads `{prefix}.weight` and, when the file has it, `{prefix}.bias` (zeros otherwise:
+    /// ModernBERT's norms have no bias).
+    pub fn load_optional_bias(
+        file: &WeightFile,
+        prefix: &str,
+        dim: usize,
+        eps: f32,
+        device: &Device,
+    ) -> Result<Self> {
+        let gamma = file.get(&format!("{prefix}.weight"), &[dim])?;
+        let name = format!("{prefix}.bias");
+        let beta = if file.contains(&name) {
+            file.get(&name, &[dim])?
+        } else {
+            HostTensor::new(vec![0.0; dim], &[dim])?
+        };
+        Self::new(&gamma, &beta, eps, device)
+    }
+
     /// This layer with gamma and beta in `dtype` (statistics stay f32 in the kernel).
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         Ok(Self {
@@ -59,6 +77,7 @@ impl LayerNorm {
         })
     }
 
+    /// Normalises `x` over its last axis.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.layer_norm(&self.gamma, &self.beta, self.eps)?)
     }

@@ -61,13 +61,16 @@ impl RmsNorm {
     }
 }
 
-/// The normalisation of a family: LayerNorm (BERT, RoBERTa, MPNet, GTE) or RMSNorm (Qwen).
+/// The normalisation of a family: LayerNorm (BERT, RoBERTa, MPNet, GTE, ModernBERT) or
+/// RMSNorm (Qwen), or none (ModernBERT's first layer has no attention norm).
 #[derive(Debug, Clone)]
 pub enum Norm {
-    /// Mean and variance, with a bias.
+    /// Mean and variance, with a bias (zeros where the checkpoint has none).
     Layer(LayerNorm),
     /// Root mean square only, no bias.
     Rms(RmsNorm),
+    /// The input itself.
+    Identity,
 }
 
 impl Norm {
@@ -76,6 +79,7 @@ impl Norm {
         Ok(match self {
             Norm::Layer(n) => Norm::Layer(n.with_dtype(dtype)?),
             Norm::Rms(n) => Norm::Rms(n.with_dtype(dtype)?),
+            Norm::Identity => Norm::Identity,
         })
     }
 
@@ -84,6 +88,7 @@ impl Norm {
         match self {
             Norm::Layer(n) => n.forward(x),
             Norm::Rms(n) => n.forward(x),
+            Norm::Identity => Ok(x.clone()),
         }
     }
 
@@ -92,6 +97,7 @@ impl Norm {
         match self {
             Norm::Layer(n) => n.forward_residual(x, residual),
             Norm::Rms(n) => n.forward(&x.add(residual)?),
+            Norm::Identity => Ok(x.add(residual)?),
         }
     }
 }

@@ -49,8 +49,11 @@ impl BatchModel for EmbedBatch {
         let input = BertInput::from_sequences(&ids)?;
         let all_normalized = normalize.iter().all(|&n| n);
         let flat = if all_normalized {
-            // The common case, exactly as `SentenceEmbedder::embed_input`: on the device.
-            self.embedder.embed_input(&input)?.to_vec::<f32>()?
+            // The common case: pooled and normalized on the device (whatever the model's own
+            // Normalize module says: the request asked for unit length).
+            self.embedder
+                .embed_input_with(&input, true)?
+                .to_vec::<f32>()?
         } else {
             self.embedder
                 .embed_input_with(&input, false)?
