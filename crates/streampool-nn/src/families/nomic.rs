@@ -24,10 +24,8 @@ pub(crate) fn load_layer(
         LinearParams::load_optional_bias(file, &format!("{prefix}.{name}"), out, inp)
     };
     let qkv = p("attn.Wqkv", 3 * h, h)?;
-    let attn = MultiheadAttention::new(
-        &qkv.rows(0, h)?,
-        &qkv.rows(h, h)?,
-        &qkv.rows(2 * h, h)?,
+    let attn = MultiheadAttention::from_fused_qkv(
+        &qkv,
         &p("attn.out_proj", h, h)?,
         c.num_attention_heads,
         device,

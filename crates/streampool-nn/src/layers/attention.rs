@@ -448,6 +448,26 @@ impl MultiheadAttention {
         )
     }
 
+    /// [`Self::new`] from a checkpoint's fused projection: `qkv` `[3 * hidden, hidden]`,
+    /// query rows first, then key, then value (GTE's `qkv_proj`, NomicBERT's and ModernBERT's
+    /// `Wqkv`).
+    pub fn from_fused_qkv(
+        qkv: &LinearParams,
+        out: &LinearParams,
+        num_heads: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let h = qkv.in_features();
+        Self::new(
+            &qkv.rows(0, h)?,
+            &qkv.rows(h, h)?,
+            &qkv.rows(2 * h, h)?,
+            out,
+            num_heads,
+            device,
+        )
+    }
+
     /// [`Self::new`] with a family's options: query `[heads * head_dim, in]`, key and value
     /// `[kv_heads * head_dim, in]`, out `[in, heads * head_dim]`.
     pub fn with_options(
