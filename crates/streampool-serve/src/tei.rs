@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 
 use crate::body::Body;
 use crate::metrics::{phase, Phase};
-use crate::models::ServedModel;
+use crate::models::{ClassifierEndpoint, ServedModel};
 use crate::state::AppState;
 use crate::Error;
 
@@ -200,33 +200,19 @@ pub async fn embed(
     };
     phase(Phase::Parse);
     let truncate = req.truncate.unwrap_or(e.truncates());
-    let too_many = |n: usize| {
-        TeiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorType::Validation,
-            format!(
-                "batch size {n} > maximum allowed batch size {}",
-                state.config.max_inputs
-            ),
-        )
-    };
     let prompt = e
         .prompt(req.prompt_name.as_deref(), None)
         .map_err(|e| TeiError::validation(e.to_string()))?;
     let ids = match input {
         crate::openai::Input::Texts(texts) => {
-            if texts.len() > state.config.max_inputs {
-                return Err(too_many(texts.len()));
-            }
+            check_batch_size(texts.len(), &state)?;
             let texts = crate::openai::with_prompt(texts, prompt.as_deref());
             crate::openai::tokenize_all(&model, texts, Some(truncate))
                 .await
                 .map_err(refused)?
         }
         crate::openai::Input::Tokens(rows) => {
-            if rows.len() > state.config.max_inputs {
-                return Err(too_many(rows.len()));
-            }
+            check_batch_size(rows.len(), &state)?;
             if req.prompt_name.is_some() {
                 return Err(TeiError::validation(
                     "prompt_name applies to texts, not token ids",
@@ -246,6 +232,29 @@ pub async fn embed(
     let resp = Json(vectors).into_response();
     phase(Phase::Encode);
     Ok(resp)
+}
+
+/// TEI's 413 for a request of more than `max_inputs` inputs.
+fn check_batch_size(n: usize, state: &AppState) -> std::result::Result<(), TeiError> {
+    if n > state.config.max_inputs {
+        return Err(TeiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorType::Validation,
+            format!(
+                "batch size {n} > maximum allowed batch size {}",
+                state.config.max_inputs
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The classifier endpoint of `model` (a model found by [`classifier`]).
+fn as_classifier(model: &ServedModel) -> std::result::Result<&ClassifierEndpoint, TeiError> {
+    match model {
+        ServedModel::Classifier(c) => Ok(c),
+        _ => Err(Error::Internal("first classifier is not a classifier".into()).into()),
+    }
 }
 
 /// The first classifier, or TEI's 424 when none is served.
@@ -334,9 +343,7 @@ pub async fn rerank(
         .map_err(|e| TeiError::validation(format!("malformed rerank request: {e}")))?;
     check_direction(req.truncation_direction.as_deref())?;
     let model = classifier(&state)?;
-    let ServedModel::Classifier(c) = &*model else {
-        return Err(Error::Internal("first classifier is not a classifier".into()).into());
-    };
+    let c = as_classifier(&model)?;
     if c.labels().len() != 1 {
         return Err(TeiError::validation(format!(
             "model is a classifier of {} labels, not a reranker: use /predict",
@@ -350,17 +357,7 @@ pub async fn rerank(
             "`texts` cannot be empty",
         ));
     }
-    if req.texts.len() > state.config.max_inputs {
-        return Err(TeiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorType::Validation,
-            format!(
-                "batch size {} > maximum allowed batch size {}",
-                req.texts.len(),
-                state.config.max_inputs
-            ),
-        ));
-    }
+    check_batch_size(req.texts.len(), &state)?;
     phase(Phase::Parse);
     let truncate = req.truncate.unwrap_or(c.truncates());
     let items = req
@@ -478,21 +475,9 @@ pub async fn predict(
         .map_err(|e| TeiError::validation(format!("malformed predict request: {e}")))?;
     check_direction(req.truncation_direction.as_deref())?;
     let model = classifier(&state)?;
-    let ServedModel::Classifier(c) = &*model else {
-        return Err(Error::Internal("first classifier is not a classifier".into()).into());
-    };
+    let c = as_classifier(&model)?;
     let (items, single) = predict_inputs(req.inputs)?;
-    if items.len() > state.config.max_inputs {
-        return Err(TeiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorType::Validation,
-            format!(
-                "batch size {} > maximum allowed batch size {}",
-                items.len(),
-                state.config.max_inputs
-            ),
-        ));
-    }
+    check_batch_size(items.len(), &state)?;
     phase(Phase::Parse);
     let truncate = req.truncate.unwrap_or(c.truncates());
     let tokens = tokenize_items(&model, items, truncate)
@@ -547,9 +532,7 @@ pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Res
     if state.registry.first_embedder().is_none() {
         if let Some(name) = state.registry.first_classifier() {
             let model = state.registry.get(name)?;
-            let ServedModel::Classifier(c) = &*model else {
-                return Err(Error::Internal("first classifier is not a classifier".into()).into());
-            };
+            let c = as_classifier(&model)?;
             let id2label: serde_json::Map<String, Value> = c
                 .labels()
                 .iter()

@@ -234,6 +234,33 @@ fn check_rows(state: &AppState, rows: usize) -> Result<()> {
     Ok(())
 }
 
+/// The texts of a `text` input (BYTES, shape [N] or [N, 1], UTF-8, within `max_inputs`).
+fn texts_of(state: &AppState, text: Input) -> Result<Vec<String>> {
+    let rows = match text.shape[..] {
+        [n] | [n, 1] => n,
+        _ => {
+            return Err(Error::BadRequest(format!(
+                "input \"text\" must have shape [N] or [N, 1], got {:?}",
+                text.shape
+            )))
+        }
+    };
+    check_rows(state, rows)?;
+    let Data::Bytes(items) = text.data else {
+        return Err(Error::BadRequest(format!(
+            "input \"text\" must be BYTES, got {}",
+            text.data.datatype()
+        )));
+    };
+    items
+        .into_iter()
+        .map(|b| {
+            String::from_utf8(b)
+                .map_err(|_| Error::BadRequest("input \"text\": not valid UTF-8".into()))
+        })
+        .collect()
+}
+
 async fn infer_embedder(
     state: &AppState,
     e: &EmbedderEndpoint,
@@ -246,29 +273,7 @@ async fn infer_embedder(
         "\"text\" (BYTES [N]) or \"input_ids\" (INT64 [N, S]) with an optional \"attention_mask\"";
     let ids = if let Some(text) = take_input(&mut inputs, "text") {
         no_extra_inputs(&inputs, EXPECTED)?;
-        let rows = match text.shape[..] {
-            [n] | [n, 1] => n,
-            _ => {
-                return Err(Error::BadRequest(format!(
-                    "input \"text\" must have shape [N] or [N, 1], got {:?}",
-                    text.shape
-                )))
-            }
-        };
-        check_rows(state, rows)?;
-        let Data::Bytes(items) = text.data else {
-            return Err(Error::BadRequest(format!(
-                "input \"text\" must be BYTES, got {}",
-                text.data.datatype()
-            )));
-        };
-        let texts = items
-            .into_iter()
-            .map(|b| {
-                String::from_utf8(b)
-                    .map_err(|_| Error::BadRequest("input \"text\": not valid UTF-8".into()))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let texts = texts_of(state, text)?;
         let texts = crate::openai::with_prompt(texts, prompt.as_deref());
         crate::openai::tokenize_all(model, texts, None).await?
     } else if let Some(input_ids) = take_input(&mut inputs, "input_ids") {
@@ -299,29 +304,11 @@ async fn infer_classifier(
         return Err(Error::BadRequest(format!("this model takes {EXPECTED}")));
     };
     no_extra_inputs(&inputs, EXPECTED)?;
-    let rows = match text.shape[..] {
-        [n] | [n, 1] => n,
-        _ => {
-            return Err(Error::BadRequest(format!(
-                "input \"text\" must have shape [N] or [N, 1], got {:?}",
-                text.shape
-            )))
-        }
-    };
-    check_rows(state, rows)?;
-    let Data::Bytes(items) = text.data else {
-        return Err(Error::BadRequest(format!(
-            "input \"text\" must be BYTES, got {}",
-            text.data.datatype()
-        )));
-    };
-    let tokenized = items
+    let texts = texts_of(state, text)?;
+    let rows = texts.len();
+    let tokenized = texts
         .iter()
-        .map(|b| {
-            let t = std::str::from_utf8(b)
-                .map_err(|_| Error::BadRequest("input \"text\": not valid UTF-8".into()))?;
-            c.tokenize(t, None, c.truncates())
-        })
+        .map(|t| c.tokenize(t, None, c.truncates()))
         .collect::<Result<Vec<_>>>()?;
     let logits = c.logits(tokenized, deadline).await?;
     Ok(vec![Output {

@@ -5,13 +5,11 @@
 use std::sync::Arc;
 
 use streampool::Device;
-use streampool_batch::{BatchConfig, BatchContext, BatchModel, ModelError, Replicas};
+use streampool_batch::{BatchContext, BatchModel, ModelError, Replicas};
 use streampool_nn::{BertInput, BertTokenizer, Classifier};
 
+use super::{RowOutput, TextLimits};
 use crate::{Error, Result, ServeConfig};
-
-/// Bucket lengths, as an embedder's: short inputs are not padded to long ones.
-const BUCKETS: [usize; 6] = [16, 32, 64, 128, 256, 512];
 
 /// One request of a classifier's queue: a tokenized text or pair (ids with special tokens,
 /// and their token type ids).
@@ -25,18 +23,15 @@ struct ClassifyBatch {
     classifier: Arc<Classifier>,
 }
 
-/// One request's logits, or why it has none (non-finite: its own request fails only).
-type ClassifyOutput = std::result::Result<Vec<f32>, String>;
-
 impl BatchModel for ClassifyBatch {
     type Input = ClassifyRequest;
-    type Output = ClassifyOutput;
+    type Output = RowOutput;
 
     fn forward_batch(
         &self,
         inputs: Vec<ClassifyRequest>,
         _ctx: &BatchContext,
-    ) -> Result<Vec<ClassifyOutput>, ModelError> {
+    ) -> Result<Vec<RowOutput>, ModelError> {
         let seq = inputs.iter().map(|r| r.ids.len()).max().unwrap_or(0);
         let (mut ids, mut mask, mut types) = (Vec::new(), Vec::new(), Vec::new());
         for r in &inputs {
@@ -64,8 +59,16 @@ impl BatchModel for ClassifyBatch {
     }
 
     fn check_input(&self, r: &ClassifyRequest) -> Result<(), ModelError> {
-        if r.ids.is_empty() || r.ids.len() != r.types.len() {
+        if r.ids.is_empty() {
             return Err("an input has no tokens".into());
+        }
+        if r.ids.len() != r.types.len() {
+            return Err(format!(
+                "an input has {} token ids but {} token type ids",
+                r.ids.len(),
+                r.types.len()
+            )
+            .into());
         }
         Ok(())
     }
@@ -83,14 +86,9 @@ impl BatchModel for ClassifyBatch {
     }
 }
 
-/// One served classifier: its tokenizers and its replicas.
+/// One served classifier: its length limit and tokenizers, and its replicas.
 pub struct ClassifierEndpoint {
-    /// Counts tokens with no truncation, so an over-long input is seen as such.
-    full: BertTokenizer,
-    /// Truncates to `max_seq_len` (longest first for pairs).
-    truncating: BertTokenizer,
-    max_seq_len: usize,
-    truncate: bool,
+    limits: TextLimits,
     labels: Vec<String>,
     replicas: Replicas<ClassifyBatch>,
 }
@@ -113,18 +111,8 @@ impl ClassifierEndpoint {
                 "replicas of one classifier differ in labels".into(),
             ));
         }
-        let model_max = first.tokenizer().max_len();
-        let max_seq_len = config.max_seq_len.unwrap_or(model_max).min(model_max);
-        let tokenizer = |max_len| {
-            BertTokenizer::new(first.tokenizer().inner().clone(), max_len)
-                .map_err(|e| Error::Config(format!("tokenizer: {e}")))
-        };
-        let mut buckets: Vec<usize> = BUCKETS.into_iter().filter(|&b| b < max_seq_len).collect();
-        buckets.push(max_seq_len);
-        let batch = BatchConfig {
-            buckets,
-            ..config.batch.clone()
-        };
+        let limits = TextLimits::new(first.tokenizer(), config)?;
+        let batch = limits.batch_config(config);
         let replicas = Replicas::new(
             classifiers
                 .into_iter()
@@ -133,10 +121,7 @@ impl ClassifierEndpoint {
         )
         .map_err(Error::Batch)?;
         Ok(Self {
-            full: tokenizer(usize::MAX)?,
-            truncating: tokenizer(max_seq_len)?,
-            max_seq_len,
-            truncate: config.truncate,
+            limits,
             labels: first.labels().to_vec(),
             replicas,
         })
@@ -149,12 +134,12 @@ impl ClassifierEndpoint {
 
     /// The longest input accepted, in tokens.
     pub fn max_seq_len(&self) -> usize {
-        self.max_seq_len
+        self.limits.max_seq_len
     }
 
     /// Whether longer inputs are truncated by default (else refused).
     pub fn truncates(&self) -> bool {
-        self.truncate
+        self.limits.truncate
     }
 
     /// The replicas (their statistics, labels, load).
@@ -176,20 +161,10 @@ impl ClassifierEndpoint {
                 None => tok.encode_batch_general(&[first]),
             }
             .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))?;
-            Ok::<_, Error>((input.input_ids().to_vec(), input.token_type_ids().to_vec()))
+            Ok((input.input_ids().to_vec(), input.token_type_ids().to_vec()))
         };
-        let (ids, types) = encode(&self.full)?;
-        if ids.len() <= self.max_seq_len {
-            return Ok((ids, types));
-        }
-        if !truncate {
-            return Err(Error::InputTooLong(format!(
-                "input of {} tokens exceeds the maximum of {} (not truncating)",
-                ids.len(),
-                self.max_seq_len
-            )));
-        }
-        encode(&self.truncating)
+        self.limits
+            .tokenize(truncate, encode, |(ids, _): &(Vec<i64>, _)| ids.len())
     }
 
     /// Logits of tokenized inputs through the replicas, all submitted before any is awaited.
@@ -202,14 +177,6 @@ impl ClassifierEndpoint {
             .into_iter()
             .map(|(ids, types)| ClassifyRequest { ids, types })
             .collect();
-        let answers = super::run_all(&self.replicas, requests, deadline);
-        async move {
-            answers
-                .await?
-                .into_iter()
-                .enumerate()
-                .map(|(i, row)| row.map_err(|e| Error::NonFinite(format!("input {i}: {e}"))))
-                .collect()
-        }
+        super::run_rows(&self.replicas, requests, deadline)
     }
 }

@@ -4,15 +4,12 @@
 use std::sync::Arc;
 
 use streampool::Device;
-use streampool_batch::{BatchConfig, BatchContext, BatchModel, ModelError, Replicas};
+use streampool_batch::{BatchContext, BatchModel, ModelError, Replicas};
 use streampool_nn::pooling::{l2_normalize, PoolingMode};
-use streampool_nn::{BertInput, BertTokenizer, SentenceEmbedder, TokenizePool};
+use streampool_nn::{BertInput, SentenceEmbedder, TokenizePool};
 
+use super::{RowOutput, TextLimits};
 use crate::{Error, Result, ServeConfig};
-
-/// Bucket lengths for token sequences: short inputs are not batched with (and padded to)
-/// long ones.
-const BUCKETS: [usize; 6] = [16, 32, 64, 128, 256, 512];
 
 /// One request of an embedder's queue: a tokenized sentence (ids with special tokens) and
 /// whether its embedding is scaled to unit length.
@@ -27,19 +24,15 @@ struct EmbedBatch {
     embedder: Arc<SentenceEmbedder>,
 }
 
-/// One request's embedding, or why it has none: a non-finite row (e.g. a half-precision
-/// overflow) fails its own request only, not the others of its batch.
-type EmbedOutput = std::result::Result<Vec<f32>, String>;
-
 impl BatchModel for EmbedBatch {
     type Input = EmbedRequest;
-    type Output = EmbedOutput;
+    type Output = RowOutput;
 
     fn forward_batch(
         &self,
         inputs: Vec<EmbedRequest>,
         _ctx: &BatchContext,
-    ) -> Result<Vec<EmbedOutput>, ModelError> {
+    ) -> Result<Vec<RowOutput>, ModelError> {
         // Padded to the batch's longest input rather than to the bucket (every input of the
         // batch fits either way, and the padding is masked); `embed_input` then runs a batch of
         // mixed lengths packed, with no padding at all, where the embedder packs (f16/bf16 on
@@ -112,12 +105,7 @@ impl BatchModel for EmbedBatch {
 /// One served sentence-embedding model: tokenizers for counting and truncating, and its
 /// replicas (one batch queue each) that requests are routed to.
 pub struct EmbedderEndpoint {
-    /// Counts tokens with no truncation, so an over-long input is seen as such.
-    full: BertTokenizer,
-    /// Truncates to `max_seq_len` (used only for inputs found too long, when truncating).
-    truncating: BertTokenizer,
-    max_seq_len: usize,
-    truncate: bool,
+    limits: TextLimits,
     vocab_size: usize,
     dim: usize,
     /// The first replica's embedder (its prompts and pooling, which replicas share).
@@ -151,22 +139,8 @@ impl EmbedderEndpoint {
                     .into(),
             ));
         }
-        let model_max = embedder.tokenizer().max_len();
-        let max_seq_len = config.max_seq_len.unwrap_or(model_max).min(model_max);
-        // The embedder's own tokenizer, with other limits: its fast path and the results of
-        // `tokenizers` (`BertTokenizer`), as the embedder tokenizes in process.
-        let tokenizer = |max_len| {
-            BertTokenizer::new(embedder.tokenizer().inner().clone(), max_len)
-                .map_err(|e| Error::Config(format!("tokenizer: {e}")))
-        };
-        let full = tokenizer(usize::MAX)?;
-        let truncating = tokenizer(max_seq_len)?;
-        let mut buckets: Vec<usize> = BUCKETS.into_iter().filter(|&b| b < max_seq_len).collect();
-        buckets.push(max_seq_len);
-        let batch = BatchConfig {
-            buckets,
-            ..config.batch.clone()
-        };
+        let limits = TextLimits::new(embedder.tokenizer(), config)?;
+        let batch = limits.batch_config(config);
         let vocab_size = embedder.model().config().vocab_size;
         let dim = embedder.dim();
         let first = embedder.clone();
@@ -178,10 +152,7 @@ impl EmbedderEndpoint {
         )
         .map_err(Error::Batch)?;
         Ok(Self {
-            full,
-            truncating,
-            max_seq_len,
-            truncate: config.truncate,
+            limits,
             vocab_size,
             dim,
             embedder: first,
@@ -196,7 +167,7 @@ impl EmbedderEndpoint {
 
     /// The longest input accepted, in tokens.
     pub fn max_seq_len(&self) -> usize {
-        self.max_seq_len
+        self.limits.max_seq_len
     }
 
     /// The replicas (their statistics, labels, load).
@@ -206,7 +177,7 @@ impl EmbedderEndpoint {
 
     /// Whether longer inputs are truncated (else refused).
     pub fn truncates(&self) -> bool {
-        self.truncate
+        self.limits.truncate
     }
 
     /// The prompt to prepend to a request's texts: `prompt` itself, else the model's prompt
@@ -235,27 +206,16 @@ impl EmbedderEndpoint {
     /// Tokenizes one text: its ids (special tokens included), truncated or refused when
     /// longer than `max_seq_len` (as the server's `truncate` setting says).
     pub fn tokenize(&self, text: &str) -> Result<Vec<i64>> {
-        self.tokenize_with(text, self.truncate)
+        self.tokenize_with(text, self.limits.truncate)
     }
 
     /// [`EmbedderEndpoint::tokenize`] with the request's own choice to truncate.
     pub fn tokenize_with(&self, text: &str, truncate: bool) -> Result<Vec<i64>> {
-        let encode = |tok: &BertTokenizer| {
+        let encode = |tok: &streampool_nn::BertTokenizer| {
             tok.encode_ids(text)
                 .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
         };
-        let ids = encode(&self.full)?;
-        if ids.len() <= self.max_seq_len {
-            return Ok(ids);
-        }
-        if !truncate {
-            return Err(Error::InputTooLong(format!(
-                "input of {} tokens exceeds the maximum of {} (not truncating)",
-                ids.len(),
-                self.max_seq_len
-            )));
-        }
-        encode(&self.truncating)
+        self.limits.tokenize(truncate, encode, Vec::len)
     }
 
     /// [`EmbedderEndpoint::tokenize_with`] for every text, in order; the first error (in
@@ -268,7 +228,7 @@ impl EmbedderEndpoint {
     /// Checks (and maybe truncates, as the server's `truncate` setting says) a sequence of
     /// token ids given by the client.
     pub fn check_ids(&self, ids: Vec<i64>) -> Result<Vec<i64>> {
-        self.check_ids_with(ids, self.truncate)
+        self.check_ids_with(ids, self.limits.truncate)
     }
 
     /// [`EmbedderEndpoint::check_ids`] with the request's own choice to truncate.
@@ -285,15 +245,11 @@ impl EmbedderEndpoint {
                 self.vocab_size
             )));
         }
-        if ids.len() > self.max_seq_len {
+        if ids.len() > self.limits.max_seq_len {
             if !truncate {
-                return Err(Error::InputTooLong(format!(
-                    "input of {} tokens exceeds the maximum of {} (not truncating)",
-                    ids.len(),
-                    self.max_seq_len
-                )));
+                return Err(self.limits.too_long(ids.len()));
             }
-            ids.truncate(self.max_seq_len);
+            ids.truncate(self.limits.max_seq_len);
         }
         Ok(ids)
     }
@@ -321,14 +277,6 @@ impl EmbedderEndpoint {
             .into_iter()
             .map(|ids| EmbedRequest { ids, normalize })
             .collect();
-        let answers = super::run_all(&self.replicas, requests, deadline);
-        async move {
-            answers
-                .await?
-                .into_iter()
-                .enumerate()
-                .map(|(i, row)| row.map_err(|e| Error::NonFinite(format!("input {i}: {e}"))))
-                .collect()
-        }
+        super::run_rows(&self.replicas, requests, deadline)
     }
 }
