@@ -35,7 +35,7 @@ log="$CARGO_TARGET_DIR/tsan.log"
 # package: its test binaries. One cargo call per package (each names only its own tests);
 # a failing package does not stop the others.
 suites=(
-    "streampool: --test concurrency --test allocator --test lazy_events --test smoke"
+    "streampool: --test concurrency --test allocator --test lazy_events --test smoke --test intra_op"
     "streampool-batch: --test batch_queue"
     "streampool-serve: --test server --test overload"
 )
