@@ -661,3 +661,37 @@ impl Drop for BlasLt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u64) -> Key {
+        Key {
+            dtype: DType::F16,
+            act: Activation::GeluTanh,
+            trans_a: false,
+            trans_b: true,
+            m: 1536,
+            n,
+            k: 384,
+            lda: 1536,
+            ldb: 384,
+        }
+    }
+
+    #[test]
+    fn tuned_shapes_share_a_power_of_two_token_bucket_per_device() {
+        let t = |n, dev| TuneKey::new(dev, key(n));
+        // Packed batches of 513..1024 tokens share the 1024 bucket's choice.
+        assert!(t(1000, "cuda:0") == t(1024, "cuda:0"));
+        assert!(t(513, "cuda:0") == t(1024, "cuda:0"));
+        assert!(t(1025, "cuda:0") != t(1024, "cuda:0"));
+        assert!(t(512, "cuda:0") != t(513, "cuda:0"));
+        // The weights' dimensions and the device are kept exactly.
+        assert_eq!(t(1000, "cuda:0").key.m, 1536);
+        assert_eq!(t(1000, "cuda:0").key.k, 384);
+        assert_eq!(t(1000, "cuda:0").key.n, 1024);
+        assert!(t(1024, "cuda:0") != t(1024, "cuda:1"));
+    }
+}
