@@ -31,8 +31,8 @@ const SOURCE: &str = include_str!("../src/cuda/kernels.cu");
 /// to compare with the library's bounded kernels: only register allocation, occupancy and
 /// block size differ.
 const VARIANTS: &str = r#"
-extern "C" __global__ void kb_attn32_free(const void* q, const float* m, const i64* off, void* o, int s, int h, i64 t) { attention_mma_k<F16, 32, true>(q, m, off, o, s, h, t); }
-extern "C" __global__ void kb_attn64_free(const void* q, const float* m, const i64* off, void* o, int s, int h, i64 t) { attention_mma_k<F16, 64, true>(q, m, off, o, s, h, t); }
+extern "C" __global__ void kb_attn32_free(const void* q, const float* m, const i64* off, void* o, int s, int h, i64 t) { attention_mma_k<F16, 32>(q, m, off, o, s, h, t); }
+extern "C" __global__ void kb_attn64_free(const void* q, const float* m, const i64* off, void* o, int s, int h, i64 t) { attention_mma_k<F16, 64>(q, m, off, o, s, h, t); }
 "#;
 
 type BoxError = Box<dyn std::error::Error>;

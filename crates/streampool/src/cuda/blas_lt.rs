@@ -26,7 +26,7 @@
 //! the shape being tuned elsewhere, or that is capturing (no waits allowed), runs the
 //! heuristic's choice meanwhile and looks again on its next call.
 //! `STREAMPOOL_CUBLASLT_TUNE=off` (or `0`) keeps the heuristic's choice, `N` times N
-//! candidates; `STREAMPOOL_CUBLASLT_TUNE_LOG=1` prints each timing to stderr.
+//! candidates (16 by default); `STREAMPOOL_CUBLASLT_TUNE_LOG=1` prints each timing to stderr.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -78,13 +78,15 @@ const TUNE_RUNS: u32 = 5;
 const TUNE_MIN_MACS: u64 = 1 << 28;
 
 /// How many of the heuristic's algorithms to time (`STREAMPOOL_CUBLASLT_TUNE`: `off`/`0`
-/// none, else a count; 8 by default).
+/// none, else a count up to 32; 16 by default). On the H100 the fastest of MiniLM's GELU_BIAS
+/// GEMMs was the heuristic's last (8th) at most token counts; asked for 16 or 32, cuBLASLt
+/// 13.0 still offered 8 for every MiniLM shape (`bench/results/h100-2026-11-24-s7/`).
 pub(crate) fn tune_candidates() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| match std::env::var("STREAMPOOL_CUBLASLT_TUNE") {
         Ok(v) if v == "off" => 0,
-        Ok(v) => v.trim().parse().unwrap_or(8).min(32),
-        Err(_) => 8,
+        Ok(v) => v.trim().parse().unwrap_or(16).min(32),
+        Err(_) => 16,
     })
 }
 

@@ -812,17 +812,6 @@ template <> struct Mma<F16> {
         asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
         return r;
     }
-    // 2^lo, 2^hi packed as `pack` does: the arguments rounded to f16, then one f16x2 ex2 (half
-    // the special-function work of two f32 ex2). The arguments are <= 0 (scores minus the
-    // running max); rounding one to f16 moves 2^x by at most |x| * 2^-11 * ln 2 relatively,
-    // 3.4e-4 for the largest probabilities (|x| <= 1), beside the f16 rounding of the result.
-    static __device__ __forceinline__ unsigned exp2_pack(float lo, float hi) {
-        unsigned r;
-        asm("ex2.approx.f16x2 %0, %1;" : "=r"(r) : "r"(pack(lo, hi)));
-        return r;
-    }
-    // 1.0 in both halves: the B operand that makes an mma sum A's rows.
-    static constexpr unsigned ONES = 0x3C003C00u;
 };
 template <> struct Mma<BF16> {
     static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
@@ -835,9 +824,6 @@ template <> struct Mma<BF16> {
         asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
         return r;
     }
-    // bf16 keeps the f32 ex2: an argument rounded to bf16 (8 bits) would move 2^x by up to 0.3%.
-    static __device__ __forceinline__ unsigned exp2_pack(float lo, float hi);
-    static constexpr unsigned ONES = 0x3F803F80u;
 };
 
 __device__ __forceinline__ unsigned sp_ld2(const u16* p) { return *(const unsigned*)p; }
@@ -848,7 +834,6 @@ __device__ __forceinline__ float sp_ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
-__device__ __forceinline__ unsigned Mma<BF16>::exp2_pack(float lo, float hi) { return pack(sp_ex2(lo), sp_ex2(hi)); }
 
 __device__ __forceinline__ unsigned sp_smem(const void* p) {
     unsigned a;
@@ -911,12 +896,7 @@ __device__ __forceinline__ void attention_tile_load(const u16* qkv, const float*
     }
 }
 
-// FAST (the default launch): the probabilities' exponentials through Mma<D>::exp2_pack (one
-// f16x2 ex2 per two scores in f16; f32 ex2 in bf16) and the rows' sums of probabilities from
-// the tensor cores (one more mma per 16 keys against a B of ones, accumulated and rescaled
-// like the output), instead of f32 adds and a quad shuffle; the sums then hold the rounded
-// probabilities the output was weighted with. Without FAST: f32 ex2 and f32 sums.
-template <class D, int HD, bool FAST>
+template <class D, int HD>
 __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* mask, const i64* offsets, void* out,
                                                 int seq, int heads, i64 tokens) {
 #if __CUDA_ARCH__ >= 800
@@ -955,10 +935,8 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
     float acc[HD / 8][4];
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    // Running max and (this lane's partial) sum of rows g and g + 8; with FAST the sums are
-    // lsum[0] (row g) and lsum[2] (row g + 8), an mma accumulator.
+    // Running max and (this lane's partial) sum of rows g and g + 8.
     float m0 = SP_NEG_INF, m1 = SP_NEG_INF, l0 = 0.0f, l1 = 0.0f;
-    float lsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     // ldmatrix row addresses of this lane: for K, keys 16 * n2 + (lane >> 4) * 8 + (lane & 7) at
     // column offset ((lane >> 3) & 1) * 8 (two key blocks of 8, both halves of a 16-wide k step);
     // for V, keys ((lane >> 3) & 1) * 8 + (lane & 7) at column (lane >> 4) * 8 (both key halves
@@ -1030,10 +1008,6 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
             const float b0 = mx0 * SP_LOG2E, b1 = mx1 * SP_LOG2E;
             l0 *= c0;
             l1 *= c1;
-            lsum[0] *= c0;
-            lsum[1] *= c0;
-            lsum[2] *= c1;
-            lsum[3] *= c1;
 #pragma unroll
             for (int n = 0; n < HD / 8; ++n) {
                 acc[n][0] *= c0;
@@ -1041,28 +1015,22 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
                 acc[n][2] *= c1;
                 acc[n][3] *= c1;
             }
-            // The probabilities, packed as the A operand's halves: pe[n][0] row g, pe[n][1] row g + 8.
-            unsigned pe[KT / 8][2];
 #pragma unroll
             for (int n = 0; n < KT / 8; ++n) {
-                if constexpr (FAST) {
-                    pe[n][0] = Mma<D>::exp2_pack(fmaf(sc[n][0], SP_LOG2E, -b0), fmaf(sc[n][1], SP_LOG2E, -b0));
-                    pe[n][1] = Mma<D>::exp2_pack(fmaf(sc[n][2], SP_LOG2E, -b1), fmaf(sc[n][3], SP_LOG2E, -b1));
-                } else {
-                    sc[n][0] = sp_ex2(fmaf(sc[n][0], SP_LOG2E, -b0));
-                    sc[n][1] = sp_ex2(fmaf(sc[n][1], SP_LOG2E, -b0));
-                    sc[n][2] = sp_ex2(fmaf(sc[n][2], SP_LOG2E, -b1));
-                    sc[n][3] = sp_ex2(fmaf(sc[n][3], SP_LOG2E, -b1));
-                    l0 += sc[n][0] + sc[n][1];
-                    l1 += sc[n][2] + sc[n][3];
-                    pe[n][0] = Mma<D>::pack(sc[n][0], sc[n][1]);
-                    pe[n][1] = Mma<D>::pack(sc[n][2], sc[n][3]);
-                }
+                sc[n][0] = sp_ex2(fmaf(sc[n][0], SP_LOG2E, -b0));
+                sc[n][1] = sp_ex2(fmaf(sc[n][1], SP_LOG2E, -b0));
+                sc[n][2] = sp_ex2(fmaf(sc[n][2], SP_LOG2E, -b1));
+                sc[n][3] = sp_ex2(fmaf(sc[n][3], SP_LOG2E, -b1));
+                l0 += sc[n][0] + sc[n][1];
+                l1 += sc[n][2] + sc[n][3];
             }
 #pragma unroll
             for (int kk = 0; kk < KT / 16; ++kk) {
-                const unsigned pa[4] = {pe[2 * kk][0], pe[2 * kk][1], pe[2 * kk + 1][0], pe[2 * kk + 1][1]};
-                if constexpr (FAST) Mma<D>::run(lsum, pa, Mma<D>::ONES, Mma<D>::ONES);
+                unsigned pa[4];
+                pa[0] = Mma<D>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+                pa[1] = Mma<D>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+                pa[2] = Mma<D>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                pa[3] = Mma<D>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
 #pragma unroll
                 for (int n2 = 0; n2 < HD / 16; ++n2) {
                     unsigned vb[4];
@@ -1078,15 +1046,10 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
         __syncthreads();
     }
     if (q0 >= seq) return;
-    if constexpr (FAST) {
-        l0 = lsum[0];
-        l1 = lsum[2];
-    } else {
-        l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-        l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-        l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-        l1 += __shfl_xor_sync(0xffffffff, l1, 2);
-    }
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
     const float i0 = 1.0f / l0, i1 = 1.0f / l1;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
@@ -1101,23 +1064,14 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
 // 4 warps at 5 blocks per SM ran head width 32 in 140 us where 8 warps at the compiler's
 // choice (2 blocks) took 174, and width 64 in 217 us (4 blocks) against 346
 // (examples/kernel_bench.rs).
-// `_exact`: the same without FAST (STREAMPOOL_CUDA_ATTN=exact), kept to compare.
 #define SP_ATTN_MMA(hd, minb)                                                                                    \
     extern "C" __global__ void __launch_bounds__(128, minb) sp_attention_mma##hd##_f16(                       \
         const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, i64 tokens) {    \
-        attention_mma_k<F16, hd, true>(qkv, mask, offsets, out, seq, heads, tokens);                            \
+        attention_mma_k<F16, hd>(qkv, mask, offsets, out, seq, heads, tokens);                                  \
     }                                                                                                           \
     extern "C" __global__ void __launch_bounds__(128, minb) sp_attention_mma##hd##_bf16(                      \
         const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, i64 tokens) {    \
-        attention_mma_k<BF16, hd, true>(qkv, mask, offsets, out, seq, heads, tokens);                           \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(128, minb) sp_attention_mma##hd##_exact_f16(                 \
-        const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, i64 tokens) {    \
-        attention_mma_k<F16, hd, false>(qkv, mask, offsets, out, seq, heads, tokens);                           \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(128, minb) sp_attention_mma##hd##_exact_bf16(                \
-        const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, i64 tokens) {    \
-        attention_mma_k<BF16, hd, false>(qkv, mask, offsets, out, seq, heads, tokens);                          \
+        attention_mma_k<BF16, hd>(qkv, mask, offsets, out, seq, heads, tokens);                                 \
     }
 SP_ATTN_MMA(16, 5)
 SP_ATTN_MMA(32, 5)

@@ -85,14 +85,6 @@ fn ln_vec8() -> bool {
     *VEC8.get_or_init(|| std::env::var("STREAMPOOL_CUDA_LN").map_or(true, |v| v != "warp"))
 }
 
-/// Whether the tensor-core attention takes its `_exact` form (f32 exponentials and row sums)
-/// rather than the default (f16x2 exponentials in f16, row sums from the tensor cores):
-/// `STREAMPOOL_CUDA_ATTN=exact`, kept to compare the two.
-fn attention_exact() -> bool {
-    static EXACT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *EXACT.get_or_init(|| std::env::var("STREAMPOOL_CUDA_ATTN").is_ok_and(|v| v == "exact"))
-}
-
 /// Whether every non-null address is 16-byte aligned, as the vectorized kernels' 16-byte
 /// (f32) and 8-byte (half) accesses need. Views at odd element offsets take the scalar kernels.
 fn aligned16(ptrs: &[u64]) -> bool {
@@ -564,13 +556,8 @@ impl Launcher<'_> {
                     // launch bounds are sized for it (kernels.cu, SP_ATTN_MMA).
                     let warps = seq.div_ceil(16).min(MMA_WARPS);
                     let gx = seq.div_ceil(16 * warps) as u32;
-                    let f = if attention_exact() {
-                        &m.attention_mma_exact[slot][t]
-                    } else {
-                        &m.attention_mma[slot][t]
-                    };
                     return self.go3(
-                        f,
+                        &m.attention_mma[slot][t],
                         (gx, gy, gz),
                         32 * warps as u32,
                         &mut args![pq, pm, poff, po, s, h, tokens],

@@ -54,8 +54,6 @@ pub(crate) struct Module {
     /// Tensor-core attention per head width of `ATTENTION_HEAD_DIMS` (16, 32, 64, 128),
     /// `[f16, bf16]`; only when `tensor_cores` (the kernels are empty below sm_80).
     pub(super) attention_mma: [[CudaFunction; 2]; 4],
-    /// `sp_attention_mma{hd}_exact_{f16,bf16}`: f32 exponentials and sums (see kernels.cu).
-    pub(super) attention_mma_exact: [[CudaFunction; 2]; 4],
     pub(super) tensor_cores: bool,
     pub(super) mean_pool_norm: PerDType,
     pub(super) rms_norm: PerDType,
@@ -132,15 +130,6 @@ impl Module {
                     Ok([
                         f(&format!("sp_attention_mma{hd}_f16"))?,
                         f(&format!("sp_attention_mma{hd}_bf16"))?,
-                    ])
-                };
-                [f2(16)?, f2(32)?, f2(64)?, f2(128)?]
-            },
-            attention_mma_exact: {
-                let f2 = |hd: usize| -> Result<[CudaFunction; 2]> {
-                    Ok([
-                        f(&format!("sp_attention_mma{hd}_exact_f16"))?,
-                        f(&format!("sp_attention_mma{hd}_exact_bf16"))?,
                     ])
                 };
                 [f2(16)?, f2(32)?, f2(64)?, f2(128)?]
