@@ -31,8 +31,8 @@ const SOURCE: &str = include_str!("../src/cuda/kernels.cu");
 /// to compare with the library's bounded kernels: only register allocation, occupancy and
 /// block size differ.
 const VARIANTS: &str = r#"
-extern "C" __global__ void kb_attn32_free(const void* q, const float* m, void* o, int s, int h) { attention_mma_k<F16, 32>(q, m, o, s, h); }
-extern "C" __global__ void kb_attn64_free(const void* q, const float* m, void* o, int s, int h) { attention_mma_k<F16, 64>(q, m, o, s, h); }
+extern "C" __global__ void kb_attn32_free(const void* q, const float* m, const i64* off, void* o, int s, int h, i64 t) { attention_mma_k<F16, 32>(q, m, off, o, s, h, t); }
+extern "C" __global__ void kb_attn64_free(const void* q, const float* m, const i64* off, void* o, int s, int h, i64 t) { attention_mma_k<F16, 64>(q, m, off, o, s, h, t); }
 "#;
 
 type BoxError = Box<dyn std::error::Error>;
@@ -127,12 +127,19 @@ fn attention(b: &Bench, batch: usize, rows: &mut Vec<Row>) -> Result<(), BoxErro
                 block_dim: (32 * warps, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let (s, h) = (seq as i32, heads as i32);
+            let (s, h, no_offsets, tokens) = (seq as i32, heads as i32, 0u64, 0i64);
             let ms = b.time(|| {
                 let mut l = b.stream.launch_builder(&f);
-                l.arg(&qkv).arg(&mask).arg(&mut out).arg(&s).arg(&h);
-                // SAFETY: the argument list matches attention_mma_k's (qkv, mask, out, seq,
-                // heads) and the buffers hold [batch, seq, 3, heads, hd] and [batch, seq, heads, hd].
+                l.arg(&qkv)
+                    .arg(&mask)
+                    .arg(&no_offsets)
+                    .arg(&mut out)
+                    .arg(&s)
+                    .arg(&h)
+                    .arg(&tokens);
+                // SAFETY: the argument list matches attention_mma_k's (qkv, mask, offsets
+                // (null: padded), out, seq, heads, tokens) and the buffers hold
+                // [batch, seq, 3, heads, hd] and [batch, seq, heads, hd].
                 unsafe { l.launch(cfg) }?;
                 Ok(())
             })?;

@@ -817,6 +817,16 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].matmul_bias(&t[1], &t[2], MatmulMath::Exact)),
         ),
         (
+            "matmul + bias, 1024 rows (cuBLASLt algorithms timed)",
+            vec![vec![1024, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| t[0].matmul_bias(&t[1], &t[2], MatmulMath::Exact)),
+        ),
+        (
+            "matmul + bias, 1000 rows (the 1024 bucket's timed choice)",
+            vec![vec![1000, h], vec![h, 4 * h], vec![4 * h]],
+            Box::new(|t| t[0].matmul_bias(&t[1], &t[2], MatmulMath::Exact)),
+        ),
+        (
             "matmul^T + bias, odd width",
             vec![vec![b * s, h], vec![37, h], vec![37]],
             Box::new(|t| t[0].matmul_bias(&t[1].t()?, &t[2], MatmulMath::Exact)),
@@ -869,7 +879,22 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-12)),
         ),
         (
-            "add_layer_norm 1024 (widest warp row)",
+            "layer_norm, no residual (half-warp rows, 3 steps)",
+            vec![vec![b * s, h], vec![h], vec![h]],
+            Box::new(|t| t[0].layer_norm(&t[1], &t[2], 1e-5)),
+        ),
+        (
+            "add_layer_norm 520 (half-warp rows, a partial 5th step)",
+            vec![vec![b * s, 520], vec![b * s, 520], vec![520], vec![520]],
+            Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-5)),
+        ),
+        (
+            "add_layer_norm 100 (warp row: not a multiple of 8)",
+            vec![vec![b * s, 100], vec![b * s, 100], vec![100], vec![100]],
+            Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-5)),
+        ),
+        (
+            "add_layer_norm 1024 (widest half-warp row)",
             vec![vec![b * s, 1024], vec![b * s, 1024], vec![1024], vec![1024]],
             Box::new(|t| t[0].add_layer_norm(&t[1], &t[2], &t[3], 1e-5)),
         ),

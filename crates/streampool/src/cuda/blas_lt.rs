@@ -14,15 +14,30 @@
 //! One [`BlasLt`] per stream, beside that stream's cuBLAS handle and behind the same lock. A
 //! plan (matmul descriptor, layouts and the heuristic's algorithm) is built once per shape and
 //! kept, so a repeated call costs one `cublasLtMatmul`.
+//!
+//! Algorithm selection: the heuristic's first choice is not always the fastest (see
+//! `bench/results/h100-2026-11-24-s7/`). For a large shape, the first eager call on a pool
+//! stream asks the heuristic for up to [`tune_candidates`] algorithms, times each on the
+//! call's own operands (CUDA events, a warm-up run then [`TUNE_RUNS`]), and keeps the fastest
+//! in a process-wide table keyed by device and shape ([`TuneKey`]: the token dimension is
+//! bucketed to a power of two, so packed batches of varying lengths tune once per bucket and
+//! reuse the choice after `cublasLtMatmulAlgoCheck` accepts it for their exact shape). Other
+//! streams and the graph-capture streams take the choice from the table; a stream that finds
+//! the shape being tuned elsewhere, or that is capturing (no waits allowed), runs the
+//! heuristic's choice meanwhile and looks again on its next call.
+//! `STREAMPOOL_CUBLASLT_TUNE=off` (or `0`) keeps the heuristic's choice, `N` times N
+//! candidates (16 by default); `STREAMPOOL_CUBLASLT_TUNE_LOG=1` prints each timing to stderr.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys::{
     cublasComputeType_t, cublasLtEpilogue_t, cublasLtHandle_t, cublasLtMatmulAlgo_t,
-    cublasLtMatmulDescAttributes_t, cublasLtMatmulDesc_t, cublasLtMatmulPreferenceAttributes_t,
-    cublasLtMatrixLayout_t, cudaDataType, cudaStream_t,
+    cublasLtMatmulDescAttributes_t, cublasLtMatmulDesc_t, cublasLtMatmulHeuristicResult_t,
+    cublasLtMatmulPreferenceAttributes_t, cublasLtMatmulPreference_t, cublasLtMatrixLayout_t,
+    cudaDataType, cudaStream_t,
 };
 use cudarc::driver::sys;
 
@@ -50,6 +65,75 @@ struct Plan {
     /// a, b and d, in that order once complete.
     layouts: Vec<cublasLtMatrixLayout_t>,
     algo: Option<cublasLtMatmulAlgo_t>,
+    /// The algorithm is final: tuned, taken from [`TUNED`], or tuning does not apply.
+    settled: bool,
+}
+
+/// Timed runs per candidate algorithm, after one warm-up run.
+const TUNE_RUNS: u32 = 5;
+
+/// Shapes under this many multiply-adds keep the heuristic's choice: timing them costs more
+/// than any choice could save (MiniLM's smallest tuned GEMM, 64 sentences x 32 tokens x 384 x
+/// 384, has 0.3 G).
+const TUNE_MIN_MACS: u64 = 1 << 28;
+
+/// How many of the heuristic's algorithms to time (`STREAMPOOL_CUBLASLT_TUNE`: `off`/`0`
+/// none, else a count up to 32; 16 by default). On the H100 the fastest of MiniLM's GELU_BIAS
+/// GEMMs was the heuristic's last (8th) at most token counts; asked for 16 or 32, cuBLASLt
+/// 13.0 still offered 8 for every MiniLM shape (`bench/results/h100-2026-11-24-s7/`).
+pub(crate) fn tune_candidates() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| match std::env::var("STREAMPOOL_CUBLASLT_TUNE") {
+        Ok(v) if v == "off" => 0,
+        Ok(v) => v.trim().parse().unwrap_or(16).min(32),
+        Err(_) => 16,
+    })
+}
+
+/// A tuned shape: the plan key with the column count (the token dimension: `Blas::matmul_bias`
+/// passes the row-major output's rows as cuBLAS's `n`) rounded up to a power of two, and the
+/// device it was timed on.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct TuneKey {
+    device: String,
+    key: Key,
+}
+
+impl TuneKey {
+    fn new(device: &str, mut key: Key) -> Self {
+        key.n = key.n.next_power_of_two();
+        Self {
+            device: device.to_string(),
+            key,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Tuned {
+    /// A stream is timing this shape now.
+    InProgress,
+    /// The fastest algorithm measured (`None`: keep each plan's heuristic choice).
+    Done(Option<cublasLtMatmulAlgo_t>),
+}
+
+/// The process-wide choices, shared by every stream's [`BlasLt`]. The lock is held for a
+/// lookup or an insert only, never while timing.
+static TUNED: OnceLock<Mutex<HashMap<TuneKey, Tuned>>> = OnceLock::new();
+
+fn tuned_table() -> std::sync::MutexGuard<'static, HashMap<TuneKey, Tuned>> {
+    // A panic while the lock is held leaves the map consistent (single inserts): recover.
+    TUNED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// What [`BlasLt::settle`] should do for a plan that is not settled yet.
+enum Step {
+    Tune,
+    Use(Option<cublasLtMatmulAlgo_t>),
+    Wait,
 }
 
 impl Drop for Plan {
@@ -155,6 +239,16 @@ impl BlasLt {
             }
             self.plans.insert(key, plan.ok());
         }
+        match self.plans.get(&key) {
+            Some(Some(plan)) if !plan.settled => {
+                // SAFETY: forwarded from the caller (live operands, this stream's workspace).
+                unsafe {
+                    self.settle(key, a, b, bias, d, stream, (workspace, workspace_bytes));
+                }
+            }
+            Some(Some(_)) => {}
+            _ => return Ok(false),
+        }
         let Some(Some(plan)) = self.plans.get(&key) else {
             return Ok(false);
         };
@@ -226,6 +320,7 @@ impl BlasLt {
             desc,
             layouts: Vec::with_capacity(3),
             algo: None,
+            settled: false,
         };
         // cublasOperation_t values (the attribute is an int32): CUBLAS_OP_N 0, CUBLAS_OP_T 1.
         let (op_a, op_b) = (i32::from(key.trans_a), i32::from(key.trans_b));
@@ -292,7 +387,269 @@ impl BlasLt {
             let _ = lt::destroy_matmul_pref(pref);
         }
         plan.algo = Some(heuristic?.algo);
+        plan.settled = tune_candidates() == 0 || key.m * key.n * key.k < TUNE_MIN_MACS;
         Ok(plan)
+    }
+
+    /// Up to `count` algorithms the heuristic offers for `plan` within the workspace.
+    fn candidates(
+        &self,
+        plan: &Plan,
+        count: usize,
+        workspace_bytes: usize,
+    ) -> Vec<cublasLtMatmulAlgo_t> {
+        let Ok(pref) = lt::create_matmul_pref() else {
+            return Vec::new();
+        };
+        let ws = workspace_bytes as u64;
+        let [la, lb, ld] = [plan.layouts[0], plan.layouts[1], plan.layouts[2]];
+        // SAFETY: all-zero bytes are a valid value of this plain C struct (integers, floats
+        // and an integer-valued enum whose 0 is CUBLAS_STATUS_SUCCESS).
+        let mut results: Vec<cublasLtMatmulHeuristicResult_t> =
+            vec![unsafe { std::mem::zeroed() }; count];
+        let mut found = 0i32;
+        // SAFETY: `pref` and the plan's descriptors are live; `results` holds `count` entries
+        // for cuBLASLt to fill and `found` receives how many it filled.
+        let ok = unsafe {
+            lt::set_matmul_pref_attribute(
+                pref,
+                cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&ws as *const u64).cast(),
+                8,
+            )
+            .is_ok()
+                && cudarc::cublaslt::sys::cublasLtMatmulAlgoGetHeuristic(
+                    self.handle,
+                    plan.desc,
+                    la,
+                    lb,
+                    ld,
+                    ld,
+                    pref as cublasLtMatmulPreference_t,
+                    count as i32,
+                    results.as_mut_ptr(),
+                    &mut found,
+                )
+                .result()
+                .is_ok()
+        };
+        // SAFETY: created above, used by nothing else.
+        unsafe {
+            let _ = lt::destroy_matmul_pref(pref);
+        }
+        if !ok {
+            return Vec::new();
+        }
+        results.truncate(found.max(0) as usize);
+        results
+            .into_iter()
+            .filter(|r| {
+                r.state == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                    && r.workspaceSize <= workspace_bytes
+            })
+            .map(|r| r.algo)
+            .collect()
+    }
+
+    /// Whether `algo` runs `plan`'s exact shape within the workspace.
+    fn accepts(&self, plan: &Plan, algo: &cublasLtMatmulAlgo_t, workspace_bytes: usize) -> bool {
+        let [la, lb, ld] = [plan.layouts[0], plan.layouts[1], plan.layouts[2]];
+        // SAFETY: as in `candidates`, a zeroed result is valid and cuBLASLt fills it.
+        let mut r: cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the handle and the plan's descriptors are live; `algo` and `r` are valid for
+        // the call.
+        let ok = unsafe {
+            cudarc::cublaslt::sys::cublasLtMatmulAlgoCheck(
+                self.handle,
+                plan.desc,
+                la,
+                lb,
+                ld,
+                ld,
+                algo,
+                &mut r,
+            )
+        }
+        .result()
+        .is_ok();
+        ok && r.workspaceSize <= workspace_bytes
+    }
+
+    /// Brings the plan of `key` to its final algorithm where possible: from [`TUNED`], or by
+    /// timing the heuristic's candidates now (first eager call of the shape in the process).
+    /// Leaves the plan unsettled (heuristic choice) while another stream tunes it or this
+    /// stream is capturing a graph. Errors only ever cost the tuning, never the call.
+    ///
+    /// # Safety
+    /// As [`BlasLt::matmul_bias`]; in addition `d` does not overlap `a`, `b` or `bias`
+    /// (cuBLASLt requires it anyway), so the timed runs leave the inputs intact.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn settle(
+        &mut self,
+        key: Key,
+        a: &LtOperand,
+        b: &LtOperand,
+        bias: u64,
+        d: u64,
+        stream: sys::CUstream,
+        (workspace, workspace_bytes): (u64, usize),
+    ) {
+        let tkey = TuneKey::new(&self.device, key);
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live (caller); `status` is written by the call.
+        let capturing = unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+            .result()
+            .is_err()
+            || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let step = {
+            let mut table = tuned_table();
+            match table.get(&tkey) {
+                Some(Tuned::Done(algo)) => Step::Use(*algo),
+                Some(Tuned::InProgress) => Step::Wait,
+                None if capturing => Step::Wait,
+                None => {
+                    table.insert(tkey.clone(), Tuned::InProgress);
+                    Step::Tune
+                }
+            }
+        };
+        let Some(Some(plan)) = self.plans.get(&key) else {
+            return;
+        };
+        let chosen = match step {
+            Step::Wait => return,
+            Step::Use(algo) => algo,
+            Step::Tune => {
+                // SAFETY: forwarded from the caller.
+                let best = unsafe {
+                    self.time_candidates(
+                        key,
+                        plan,
+                        a,
+                        b,
+                        bias,
+                        d,
+                        stream,
+                        (workspace, workspace_bytes),
+                    )
+                };
+                tuned_table().insert(tkey, Tuned::Done(best));
+                best
+            }
+        };
+        let accepted = chosen.filter(|algo| self.accepts(plan, algo, workspace_bytes));
+        if let Some(Some(plan)) = self.plans.get_mut(&key) {
+            if let Some(algo) = accepted {
+                plan.algo = Some(algo);
+            }
+            plan.settled = true;
+        }
+    }
+
+    /// Times the heuristic's candidates for `plan` on the given operands and returns the
+    /// fastest (`None` if fewer than two ran). Synchronizes `stream`.
+    ///
+    /// # Safety
+    /// As [`BlasLt::settle`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn time_candidates(
+        &self,
+        key: Key,
+        plan: &Plan,
+        a: &LtOperand,
+        b: &LtOperand,
+        bias: u64,
+        d: u64,
+        stream: sys::CUstream,
+        (workspace, workspace_bytes): (u64, usize),
+    ) -> Option<cublasLtMatmulAlgo_t> {
+        let algos = self.candidates(plan, tune_candidates(), workspace_bytes);
+        if algos.len() < 2 {
+            return None;
+        }
+        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
+        let (Ok(start), Ok(end)) = (
+            cudarc::driver::result::event::create(flags),
+            cudarc::driver::result::event::create(flags),
+        ) else {
+            return None;
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let run = |algo: &cublasLtMatmulAlgo_t| {
+            // SAFETY: as `matmul_bias`'s call (live operands of the plan's shape, this
+            // stream's workspace, the descriptor used under the stream's lock).
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    plan.desc,
+                    cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    (&bias as *const u64).cast::<c_void>(),
+                    std::mem::size_of::<u64>(),
+                )
+                .is_ok()
+                    && lt::matmul(
+                        self.handle,
+                        plan.desc,
+                        (&alpha as *const f32).cast(),
+                        (&beta as *const f32).cast(),
+                        a.ptr as *const c_void,
+                        plan.layouts[0],
+                        b.ptr as *const c_void,
+                        plan.layouts[1],
+                        d as *const c_void,
+                        plan.layouts[2],
+                        d as *mut c_void,
+                        plan.layouts[2],
+                        algo,
+                        workspace as *mut c_void,
+                        workspace_bytes,
+                        stream as cudaStream_t,
+                    )
+                    .is_ok()
+            }
+        };
+        let mut times = Vec::with_capacity(algos.len());
+        for algo in &algos {
+            // SAFETY: the events are live and belong to this context; `stream` is live.
+            let ms = unsafe {
+                if !run(algo) {
+                    continue;
+                }
+                let timed = cudarc::driver::result::event::record(start, stream).is_ok()
+                    && (0..TUNE_RUNS).all(|_| run(algo))
+                    && cudarc::driver::result::event::record(end, stream).is_ok()
+                    && cudarc::driver::result::event::synchronize(end).is_ok();
+                if !timed {
+                    continue;
+                }
+                cudarc::driver::result::event::elapsed(start, end)
+            };
+            if let Ok(ms) = ms {
+                times.push((ms, *algo));
+            }
+        }
+        // SAFETY: the events were synchronized (or never recorded) and are not used again.
+        unsafe {
+            let _ = cudarc::driver::result::event::destroy(start);
+            let _ = cudarc::driver::result::event::destroy(end);
+        }
+        let line = format!(
+            "cuBLASLt tuning {}x{}x{} {:?} {:?}: ms per {} runs, heuristic's order: {:?}",
+            key.m,
+            key.n,
+            key.k,
+            key.dtype,
+            key.act,
+            TUNE_RUNS,
+            times.iter().map(|t| t.0).collect::<Vec<_>>()
+        );
+        tracing::debug!("{line}");
+        if std::env::var_os("STREAMPOOL_CUBLASLT_TUNE_LOG").is_some() {
+            eprintln!("{line}");
+        }
+        if times.len() < 2 {
+            return None;
+        }
+        times.iter().min_by(|x, y| x.0.total_cmp(&y.0)).map(|t| t.1)
     }
 }
 
@@ -304,5 +661,39 @@ impl Drop for BlasLt {
         unsafe {
             let _ = lt::destroy_handle(self.handle);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u64) -> Key {
+        Key {
+            dtype: DType::F16,
+            act: Activation::GeluTanh,
+            trans_a: false,
+            trans_b: true,
+            m: 1536,
+            n,
+            k: 384,
+            lda: 1536,
+            ldb: 384,
+        }
+    }
+
+    #[test]
+    fn tuned_shapes_share_a_power_of_two_token_bucket_per_device() {
+        let t = |n, dev| TuneKey::new(dev, key(n));
+        // Packed batches of 513..1024 tokens share the 1024 bucket's choice.
+        assert!(t(1000, "cuda:0") == t(1024, "cuda:0"));
+        assert!(t(513, "cuda:0") == t(1024, "cuda:0"));
+        assert!(t(1025, "cuda:0") != t(1024, "cuda:0"));
+        assert!(t(512, "cuda:0") != t(513, "cuda:0"));
+        // The weights' dimensions and the device are kept exactly.
+        assert_eq!(t(1000, "cuda:0").key.m, 1536);
+        assert_eq!(t(1000, "cuda:0").key.k, 384);
+        assert_eq!(t(1000, "cuda:0").key.n, 1024);
+        assert!(t(1024, "cuda:0") != t(1024, "cuda:1"));
     }
 }

@@ -468,6 +468,85 @@ SP_EXPORT3(sp_layer_norm_warp, layer_norm_warp_k,
            (const void* x, const void* residual, const void* gamma, const void* beta, void* out, u64 rows, u64 cols, float eps),
            (x, residual, gamma, beta, out, rows, cols, eps))
 
+// layer_norm_vec8_k: the half types' form of layer_norm_warp_k. A half-warp per row, one
+// 16-byte access (8 elements) per lane and step, up to G steps (rows of at most 16 * 8 * G
+// columns), the same two-pass statistics. At MiniLM's 384 columns each lane loads 3 chunks
+// of x and 3 of the residual at once (the warp form: 3 + 3 accesses of 8 bytes), and a warp
+// holds two rows. A warp's two half-warps always run the loop together (the row index is per
+// warp), so the full-mask shuffles below never wait for an exited lane; the xor offsets stay
+// inside a half-warp.
+template <class D, int G>
+__device__ __forceinline__ void layer_norm_vec8_k(const void* xv, const void* rv, const void* gv, const void* bv,
+                                                  void* out, u64 rows, u64 cols, float eps) {
+    const typename D::T* x = SP_IN(D, xv);
+    const typename D::T* res = SP_IN(D, rv);
+    const typename D::T* gamma = SP_IN(D, gv);
+    const typename D::T* beta = SP_IN(D, bv);
+    typename D::T* o = SP_OUT(D, out);
+    const int lane = threadIdx.x & 15, half = (threadIdx.x >> 4) & 1, warps = blockDim.x >> 5;
+    const u64 chunks = cols / 8;
+    for (u64 r2 = ((u64)blockIdx.x * warps + (threadIdx.x >> 5)) * 2; r2 < rows; r2 += (u64)gridDim.x * warps * 2) {
+        const u64 r = r2 + half;
+        const bool live = r < rows;
+        const u64 base = r * cols;
+        float v[G][8];
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const u64 c = lane + 16 * k;
+            if (live && c < chunks) {
+                D::ld8(x, base + 8 * c, v[k]);
+                if (res) {
+                    float t[8];
+                    D::ld8(res, base + 8 * c, t);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) v[k][e] += t[e];
+                }
+#pragma unroll
+                for (int e = 0; e < 8; ++e) s += v[k][e];
+            }
+        }
+        for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
+        const float mean = s / (float)cols;
+        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            if (live && lane + 16 * k < chunks) {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const float dv = v[k][e] - mean;
+                    q = fmaf(dv, dv, q);
+                }
+            }
+        }
+        for (int off = 8; off > 0; off >>= 1) q += __shfl_xor_sync(0xffffffff, q, off);
+        const float inv = 1.0f / sqrtf(q / (float)cols + eps);
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const u64 c = lane + 16 * k;
+            if (live && c < chunks) {
+                float gm[8], bt[8], y[8];
+                D::ld8(gamma, 8 * c, gm);
+                D::ld8(beta, 8 * c, bt);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) y[e] = (v[k][e] - mean) * inv * gm[e] + bt[e];
+                D::st8(o, base + 8 * c, y);
+            }
+        }
+    }
+}
+#define SP_LN_VEC8(g)                                                                                                  \
+    extern "C" __global__ void sp_layer_norm_vec8_g##g##_f16(const void* x, const void* r, const void* gm,            \
+                                                            const void* bt, void* o, u64 rows, u64 cols, float eps) { \
+        layer_norm_vec8_k<F16, g>(x, r, gm, bt, o, rows, cols, eps);                                                 \
+    }                                                                                                                \
+    extern "C" __global__ void sp_layer_norm_vec8_g##g##_bf16(const void* x, const void* r, const void* gm,           \
+                                                             const void* bt, void* o, u64 rows, u64 cols, float eps) { \
+        layer_norm_vec8_k<BF16, g>(x, r, gm, bt, o, rows, cols, eps);                                                \
+    }
+SP_LN_VEC8(4)
+SP_LN_VEC8(8)
+
 // bias_act4_k: four consecutive elements per thread (cols a multiple of 4), 32-bit indexing
 // (the launcher checks rows * cols < 2^32): a 64-bit modulo per element cost more than the
 // memory traffic.

@@ -77,6 +77,14 @@ const POOL_MAX_DIM: usize = 1024;
 const MMA_WARPS: usize = 4;
 const LN_ROWS_PER_BLOCK: usize = 8;
 
+/// Whether f16/bf16 layer norms take `sp_layer_norm_vec8` (a half-warp per row, 16-byte
+/// accesses) rather than the warp-per-row kernel: yes unless `STREAMPOOL_CUDA_LN=warp`, kept
+/// to compare the two on a GPU (`bench/results/h100-2026-11-24-s7/`).
+fn ln_vec8() -> bool {
+    static VEC8: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VEC8.get_or_init(|| std::env::var("STREAMPOOL_CUDA_LN").map_or(true, |v| v != "warp"))
+}
+
 /// Whether every non-null address is 16-byte aligned, as the vectorized kernels' 16-byte
 /// (f32) and 8-byte (half) accesses need. Views at odd element offsets take the scalar kernels.
 fn aligned16(ptrs: &[u64]) -> bool {
@@ -85,11 +93,6 @@ fn aligned16(ptrs: &[u64]) -> bool {
 
 fn grid(n: usize) -> u32 {
     n.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32
-}
-
-/// Threads per block for one-block-per-row kernels: enough warps for the row, at most 1024.
-fn row_threads(cols: usize) -> u32 {
-    (cols.div_ceil(32) * 32).clamp(32, 1024) as u32
 }
 
 impl Launcher<'_> {
@@ -105,6 +108,24 @@ impl Launcher<'_> {
         args: &mut [*mut c_void],
     ) -> Result<()> {
         self.go3(f, (blocks, 1, 1), threads, args)
+    }
+
+    /// A one-block-per-row kernel over `rows` rows of `cols` columns (the softmax, reduction,
+    /// layer and RMS norm, pooling fallbacks): a block per row (grid-stride past
+    /// `MAX_BLOCKS`), enough warps for the row, at most 1024 threads.
+    ///
+    /// # Safety
+    /// As [`Launcher::go`].
+    unsafe fn go_rows(
+        &self,
+        f: &CudaFunction,
+        rows: usize,
+        cols: usize,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        let threads = (cols.div_ceil(32) * 32).clamp(32, 1024) as u32;
+        // SAFETY: per the caller.
+        unsafe { self.go(f, rows.min(MAX_BLOCKS) as u32, threads, args) }
     }
 
     /// [`Launcher::go`] with a 3-d grid.
@@ -318,12 +339,7 @@ impl Launcher<'_> {
                     return Ok(());
                 }
                 let (px, po, r, c) = (x.0, out.0, rows as u64, cols as u64);
-                self.go(
-                    m.softmax.get(dtype)?,
-                    rows.min(MAX_BLOCKS) as u32,
-                    row_threads(cols),
-                    &mut args![px, po, r, c],
-                )
+                self.go_rows(m.softmax.get(dtype)?, rows, cols, &mut args![px, po, r, c])
             }
             Kernel::LayerNorm {
                 x,
@@ -342,6 +358,25 @@ impl Launcher<'_> {
                 let (px, pr, pg, pb, po) =
                     (x.0, residual.map_or(0, |r| r.0), gamma.0, beta.0, out.0);
                 let (r, c) = (rows as u64, cols as u64);
+                let half = match dtype {
+                    DType::F16 => Some(0),
+                    DType::BF16 => Some(1),
+                    _ => None,
+                };
+                if let (Some(t), 0, true, true) = (
+                    half,
+                    cols % 8,
+                    cols <= 16 * 8 * 8 && ln_vec8(),
+                    aligned16(&[px, pr, pg, pb, po]),
+                ) {
+                    let g = usize::from(cols > 16 * 8 * 4);
+                    return self.go(
+                        &m.layer_norm_vec8[g][t],
+                        rows.div_ceil(2 * LN_ROWS_PER_BLOCK).min(MAX_BLOCKS) as u32,
+                        32 * LN_ROWS_PER_BLOCK as u32,
+                        &mut args![px, pr, pg, pb, po, r, c, eps],
+                    );
+                }
                 if cols % 4 == 0 && cols <= 4 * 32 * LN_GROUPS && aligned16(&[px, pr, pg, pb, po]) {
                     return self.go(
                         m.layer_norm_warp.get(dtype)?,
@@ -350,10 +385,10 @@ impl Launcher<'_> {
                         &mut args![px, pr, pg, pb, po, r, c, eps],
                     );
                 }
-                self.go(
+                self.go_rows(
                     m.layer_norm.get(dtype)?,
-                    rows.min(MAX_BLOCKS) as u32,
-                    row_threads(cols),
+                    rows,
+                    cols,
                     &mut args![px, pr, pg, pb, po, r, c, eps],
                 )
             }
@@ -457,10 +492,10 @@ impl Launcher<'_> {
                 if inner == 1 && axis >= 64 {
                     // Reducing the last axis: a block per row keeps the reads coalesced.
                     let (r, a) = (outer as u64, axis as u64);
-                    self.go(
+                    self.go_rows(
                         m.reduce_rows.get(dtype)?,
-                        outer.min(MAX_BLOCKS) as u32,
-                        row_threads(axis),
+                        outer,
+                        axis,
                         &mut args![code, px, po, r, a],
                     )
                 } else {
@@ -560,10 +595,10 @@ impl Launcher<'_> {
                     );
                 }
                 let (b, s, d) = (batch as u64, seq as u64, dim as u64);
-                self.go(
+                self.go_rows(
                     m.mean_pool_norm.get(dtype)?,
-                    batch.min(MAX_BLOCKS) as u32,
-                    row_threads(dim),
+                    batch,
+                    dim,
                     &mut args![px, pm, po, b, s, d],
                 )
             }
@@ -580,10 +615,10 @@ impl Launcher<'_> {
                     return Ok(());
                 }
                 let (px, pg, po, r, c) = (x.0, gamma.0, out.0, rows as u64, cols as u64);
-                self.go(
+                self.go_rows(
                     m.rms_norm.get(dtype)?,
-                    rows.min(MAX_BLOCKS) as u32,
-                    row_threads(cols),
+                    rows,
+                    cols,
                     &mut args![px, pg, po, r, c, eps],
                 )
             }

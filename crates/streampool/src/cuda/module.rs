@@ -42,6 +42,8 @@ pub(crate) struct Module {
     pub(super) softmax: PerDType,
     pub(super) layer_norm: PerDType,
     pub(super) layer_norm_warp: PerDType,
+    /// `sp_layer_norm_vec8_g{4,8}_{f16,bf16}`: `[g4, g8][f16, bf16]`.
+    pub(super) layer_norm_vec8: [[CudaFunction; 2]; 2],
     pub(super) bias_act: PerDType,
     pub(super) bias_act4: PerDType,
     pub(super) bias_act_rows8: PerDType,
@@ -102,6 +104,15 @@ impl Module {
             softmax: f3("sp_softmax")?,
             layer_norm: f3("sp_layer_norm")?,
             layer_norm_warp: f3("sp_layer_norm_warp")?,
+            layer_norm_vec8: {
+                let f2 = |g: usize| -> Result<[CudaFunction; 2]> {
+                    Ok([
+                        f(&format!("sp_layer_norm_vec8_g{g}_f16"))?,
+                        f(&format!("sp_layer_norm_vec8_g{g}_bf16"))?,
+                    ])
+                };
+                [f2(4)?, f2(8)?]
+            },
             bias_act: f3("sp_bias_act")?,
             bias_act4: f3("sp_bias_act4")?,
             bias_act_rows8: f3("sp_bias_act_rows8")?,
