@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use wgpu::util::DeviceExt;
 
-use super::Shared;
+use super::{blocked, Shared};
 use crate::backend::DevicePtr;
 use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
 use crate::sync::Arc;
@@ -54,11 +54,13 @@ pub(crate) enum Which {
     Reduce,
     /// The 16x16 tile, one output per invocation: small outputs.
     Matmul,
-    /// Register-blocked 32x32 tiles (2x2 outputs per invocation).
-    Matmul32,
-    /// Register-blocked 64x64 tiles (4x4 outputs per invocation).
-    Matmul64,
+    /// The register-blocked kernels, generated per [`blocked::Spec`] (in [`Key::spec`]).
+    Blocked,
+    /// One workgroup per (token, head): any head width up to 256.
     Attention,
+    /// One workgroup per (sequence, head, 32 queries), K/V tiles in workgroup memory: head
+    /// widths up to 64, multiples of 4.
+    AttentionTiled,
     MeanPoolNorm,
     /// f32 to f16.
     CastToHalf,
@@ -71,7 +73,6 @@ impl Which {
 
     /// Label, WGSL body, and whether it uses the row reductions of `rows.wgsl`.
     fn source(self) -> (&'static str, &'static str, bool) {
-        const MATMUL_TILED: &str = include_str!("shaders/matmul_tiled.wgsl");
         const CAST: &str = include_str!("shaders/cast.wgsl");
         match self {
             Which::Fill => ("fill", include_str!("shaders/fill.wgsl"), false),
@@ -88,9 +89,14 @@ impl Which {
             ),
             Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
             Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
-            Which::Matmul32 => ("matmul_32", MATMUL_TILED, false),
-            Which::Matmul64 => ("matmul_64", MATMUL_TILED, false),
+            // Generated: `Key::build` asks `blocked::Spec::source`.
+            Which::Blocked => ("matmul_blocked", "", false),
             Which::Attention => ("attention", include_str!("shaders/attention.wgsl"), true),
+            Which::AttentionTiled => (
+                "attention_tiled",
+                include_str!("shaders/attention_tiled.wgsl"),
+                false,
+            ),
             Which::MeanPoolNorm => ("mean_pool", include_str!("shaders/mean_pool.wgsl"), true),
             Which::CastToHalf => ("cast_to_f16", CAST, false),
             Which::CastToSingle => ("cast_to_f32", CAST, false),
@@ -100,8 +106,6 @@ impl Which {
     /// Declarations the body expects in front of it besides the storage type `T`.
     fn constants(self) -> &'static str {
         match self {
-            Which::Matmul32 => "const TM: u32 = 2u;\nconst TN: u32 = 2u;\n",
-            Which::Matmul64 => "const TM: u32 = 4u;\nconst TN: u32 = 4u;\n",
             Which::CastToHalf => "alias S = f32;\nalias D = f16;\n",
             Which::CastToSingle => "alias S = f16;\nalias D = f32;\n",
             _ => "",
@@ -115,12 +119,19 @@ impl Which {
 pub(crate) struct Key {
     pub(crate) which: Which,
     pub(crate) half: bool,
+    /// The tile and layout of a [`Which::Blocked`] kernel; `None` for every other kernel.
+    pub(crate) spec: Option<blocked::Spec>,
 }
 
 impl Key {
     /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
     pub(crate) fn build(self, device: &wgpu::Device, name: &str) -> Result<Pipeline> {
         let (label, body, rows) = self.which.source();
+        let generated = self.spec.map(|s| (s.label(), s.source()));
+        let (label, body) = match &generated {
+            Some((l, b)) => (l.as_str(), b.as_str()),
+            None => (label, body),
+        };
         // `enable` must come before every declaration.
         let header = if self.half {
             "enable f16;\nalias T = f16;\n"
@@ -173,11 +184,30 @@ impl Pipelines {
         if let Some(p) = slot.get() {
             return Ok(p.clone());
         }
-        let key = Key { which, half };
+        let key = Key {
+            which,
+            half,
+            spec: None,
+        };
         let p = shared
             .kernels
             .get_or_build(key, || key.build(&shared.device, &shared.name))?;
         Ok(slot.get_or_init(|| p).clone())
+    }
+}
+
+impl Pipelines {
+    /// A generated blocked matmul: straight from the device's cache (a lock and a lookup;
+    /// the variants are too many for per-stream slots).
+    fn blocked(&self, shared: &Shared, spec: blocked::Spec, half: bool) -> Result<Arc<Pipeline>> {
+        let key = Key {
+            which: Which::Blocked,
+            half,
+            spec: Some(spec),
+        };
+        shared
+            .kernels
+            .get_or_build(key, || key.build(&shared.device, &shared.name))
     }
 }
 
@@ -340,34 +370,75 @@ fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> 
     }
 }
 
-/// The matmul kernel for an output of `batch` x `m` x `n`. On a GPU the 16x16 tile (one
-/// output per invocation): measured through NVIDIA's Vulkan driver it beat the
-/// register-blocked tiles at every shape. On a software adapter (`software`) the
-/// register-blocked tiles where the output fills them, the 16x16 tile for small or thin
-/// outputs. `forced` (16, 32 or 64) overrides.
-fn matmul_kernel(
-    forced: Option<u32>,
-    software: bool,
-    batch: usize,
-    m: usize,
-    n: usize,
-) -> (Which, usize) {
-    match forced {
-        Some(64) => return (Which::Matmul64, 64),
-        Some(32) => return (Which::Matmul32, 32),
-        Some(16) => return (Which::Matmul, 16),
+/// Which matmul kernel a launch takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MatmulPath {
+    /// The 16x16 tile, one output per invocation: thin or small outputs.
+    Simple,
+    /// A register-blocked `bm x bn` tile with `bk`-deep slices ([`blocked`]).
+    Blocked { bm: u32, bn: u32, bk: u32 },
+}
+
+/// How the device picks matmul kernels ([`WgpuConfig`](super::WgpuConfig)'s `matmul_tile`
+/// and the tuning variables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatmulChoice {
+    /// `Some(16)`: always the 16x16 tile; `Some(64)` / `Some(128)`: always the blocked
+    /// 64x64 / 128x128 tile (tests); `None`: by shape.
+    pub(crate) forced: Option<u32>,
+    /// The blocked tile to take where the shape calls for one (tuning), instead of the
+    /// largest of 128x128, 128x64, 64x64 that gives `groups` workgroups.
+    pub(crate) block: Option<(u32, u32, u32)>,
+    /// Workgroups a blocked launch should give at least before a larger tile is taken.
+    pub(crate) groups: usize,
+}
+
+impl Default for MatmulChoice {
+    fn default() -> Self {
+        Self {
+            forced: None,
+            block: None,
+            groups: DEFAULT_GROUPS,
+        }
+    }
+}
+
+/// Workgroups a blocked matmul should fill before a larger tile is taken (about two per
+/// multiprocessor of a large GPU: an H100 has 132).
+pub(crate) const DEFAULT_GROUPS: usize = 264;
+/// Slice depth of the automatic blocked tiles.
+const DEFAULT_BK: u32 = 16;
+
+/// The matmul kernel for an output of `batch` x `m` x `n`: the 16x16 tile for thin outputs
+/// (fewer than 64 rows or columns: batch-1 layers, attention's per-head products), else the
+/// largest blocked tile (128x128, 128x64, 64x64) that still gives `groups` workgroups.
+pub(crate) fn matmul_kernel(c: &MatmulChoice, batch: usize, m: usize, n: usize) -> MatmulPath {
+    match c.forced {
+        Some(16) => return MatmulPath::Simple,
+        Some(t @ (64 | 128)) => {
+            return MatmulPath::Blocked {
+                bm: t,
+                bn: t,
+                bk: DEFAULT_BK,
+            }
+        }
         _ => {}
     }
-    if !software {
-        return (Which::Matmul, 16);
+    if m < 64 || n < 64 {
+        return MatmulPath::Simple;
     }
-    let tiles = |t: usize| batch * m.div_ceil(t) * n.div_ceil(t);
-    if m >= 64 && n >= 64 && tiles(64) >= 16 {
-        (Which::Matmul64, 64)
-    } else if m >= 32 && n >= 32 && tiles(32) >= 16 {
-        (Which::Matmul32, 32)
-    } else {
-        (Which::Matmul, 16)
+    if let Some((bm, bn, bk)) = c.block {
+        return MatmulPath::Blocked { bm, bn, bk };
+    }
+    let groups = |bm: usize, bn: usize| batch * m.div_ceil(bm) * n.div_ceil(bn);
+    let (bm, bn) = [(128, 128), (128, 64), (64, 64)]
+        .into_iter()
+        .find(|&(bm, bn)| groups(bm, bn) >= c.groups)
+        .unwrap_or((64, 64));
+    MatmulPath::Blocked {
+        bm: bm as u32,
+        bn: bn as u32,
+        bk: DEFAULT_BK,
     }
 }
 
@@ -572,17 +643,35 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (ab, ao) = b.at(a.ptr, t)?;
             let (bb, bo) = b.at(rhs.ptr, t)?;
             let (ob, oo) = b.at(*out, t)?;
-            let (which, tile) = matmul_kernel(shared.matmul_tile, shared.software, *batch, *m, *n);
+            let (pipeline, [bm, bn]) = match matmul_kernel(&shared.matmul, *batch, *m, *n) {
+                MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
+                MatmulPath::Blocked { bm, bn, bk } => {
+                    // The vec4 variants need every offset, stride and extent they step by
+                    // four to be a multiple of four (in elements).
+                    let four = |v: &[usize]| v.iter().all(|x| x % 4 == 0);
+                    let common = a.cs == 1
+                        && four(&[ao as usize, a.rs, a.batch_stride, *kk, *n, oo as usize])
+                        && four(&[bo as usize, rhs.batch_stride]);
+                    let layout = if common && rhs.rs == 1 && rhs.cs != 1 && rhs.cs % 4 == 0 {
+                        blocked::Layout::AlongK
+                    } else if common && rhs.cs == 1 && rhs.rs % 4 == 0 {
+                        blocked::Layout::BAlongN
+                    } else {
+                        blocked::Layout::Generic
+                    };
+                    let spec = blocked::Spec { bm, bn, bk, layout };
+                    (k.blocked(shared, spec, half)?, [bm as usize, bn as usize])
+                }
+            };
             let tiles = [
-                word(n.div_ceil(tile), "columns")?,
-                word(m.div_ceil(tile), "rows")?,
+                word(n.div_ceil(bn), "columns")?,
+                word(m.div_ceil(bm), "rows")?,
             ];
             if tiles[0] > MAX_GROUPS || tiles[1] > MAX_GROUPS {
                 return Err(Error::InvalidArgument(format!(
                     "wgpu matmul: {m}x{n} output exceeds the dispatch limit"
                 )));
             }
-            let pipeline = k.get(shared, which, half)?;
             // Batches beyond one dispatch's z range go in further dispatches.
             for first in (0..*batch).step_by(MAX_GROUPS as usize) {
                 let count = (*batch - first).min(MAX_GROUPS as usize) as u32;
@@ -807,11 +896,17 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 word(*head_dim, "head width")?,
             ];
             word(rows, "attention rows")?;
+            let (which, groups) = if shared.attention_tiled && head_dim % 4 == 0 && *head_dim <= 64
+            {
+                (Which::AttentionTiled, batch * heads * seq.div_ceil(32))
+            } else {
+                (Which::Attention, rows)
+            };
             b.dispatch(
-                &k.get(shared, Which::Attention, half)?,
+                &k.get(shared, which, half)?,
                 &params,
                 &[&qb, &mb, &ob],
-                grid(rows)?,
+                grid(groups)?,
             )?;
         }
         Kernel::MeanPoolNorm {
