@@ -125,7 +125,14 @@ pub(crate) struct Key {
 
 impl Key {
     /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
-    pub(crate) fn build(self, device: &wgpu::Device, name: &str) -> Result<Pipeline> {
+    /// `loop_bounding`: keep naga's guard against endless loops (a counter in every loop);
+    /// see [`Shared::loop_bounding`].
+    pub(crate) fn build(
+        self,
+        device: &wgpu::Device,
+        name: &str,
+        loop_bounding: bool,
+    ) -> Result<Pipeline> {
         let (label, body, rows) = self.which.source();
         let generated = self.spec.map(|s| (s.label(), s.source()));
         let (label, body) = match &generated {
@@ -147,10 +154,22 @@ impl Key {
             label.to_string()
         };
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
+        };
+        let module = if loop_bounding {
+            device.create_shader_module(desc)
+        } else {
+            let mut checks = wgpu::ShaderRuntimeChecks::checked();
+            checks.force_loop_bounding = false;
+            // SAFETY: only naga's loop bounding is off (bounds checks stay on), and it guards
+            // against loops that never end, which ours cannot be: every loop of `shaders/`
+            // and of `blocked.rs` counts up by a fixed step to a bound fixed before it starts
+            // (a launch parameter or a constant) or halves a constant down to zero, and the
+            // bounds are element counts of bound buffers (under 2^31), so no counter wraps.
+            unsafe { device.create_shader_module_trusted(desc, checks) }
+        };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&label),
             layout: None,
@@ -191,7 +210,7 @@ impl Pipelines {
         };
         let p = shared
             .kernels
-            .get_or_build(key, || key.build(&shared.device, &shared.name))?;
+            .get_or_build(key, || key.build(&shared.device, &shared.name, shared.loop_bounding))?;
         Ok(slot.get_or_init(|| p).clone())
     }
 }
@@ -207,7 +226,7 @@ impl Pipelines {
         };
         shared
             .kernels
-            .get_or_build(key, || key.build(&shared.device, &shared.name))
+            .get_or_build(key, || key.build(&shared.device, &shared.name, shared.loop_bounding))
     }
 }
 

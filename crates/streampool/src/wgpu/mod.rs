@@ -110,6 +110,10 @@ pub(crate) struct Shared {
     /// Attention per block of 32 queries where the head width allows (else one workgroup
     /// per token and head); `STREAMPOOL_WGPU_ATTENTION=token` turns it off, for comparison.
     pub(crate) attention_tiled: bool,
+    /// Whether kernels keep naga's loop bounding (`STREAMPOOL_WGPU_LOOP_BOUNDS=1`): a counter
+    /// in every loop that ends it after 2^64 iterations. Off by default: our loops all end
+    /// (see `kernels::Key::build`), and the counter costs in the inner loops.
+    pub(crate) loop_bounding: bool,
     /// The quarantine lock, when on: held around encoding, finishing and submission only.
     pub(crate) quarantine: Option<Mutex<()>>,
 }
@@ -351,6 +355,7 @@ impl WgpuDevice {
                     shader_f16,
                     matmul,
                     attention_tiled: var("STREAMPOOL_WGPU_ATTENTION").as_deref() != Some("token"),
+                    loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
                 }),
             },
         ))

@@ -105,6 +105,18 @@ pub(crate) struct Core {
     readback: Mutex<Vec<wgpu::Buffer>>,
 }
 
+impl Drop for Core {
+    fn drop(&mut self) {
+        // The last owner of a core may be an event dropped inside a thread-local destructor,
+        // where wgpu objects must not be torn down (see `SharedRef`): the kept buffers go
+        // to a helper thread. (`get_mut`: no lock, the core is being dropped.)
+        let kept = std::mem::take(self.readback.get_mut());
+        if !kept.is_empty() {
+            super::drop_off_thread(kept);
+        }
+    }
+}
+
 /// Read-back staging buffers are kept up to this size (larger reads get a buffer of their
 /// own), and at most `READBACK_KEEP` of them per stream.
 const READBACK_MAX: u64 = 1 << 20;
