@@ -16,7 +16,9 @@
 //!   BMxBNxBK,...` through `WgpuConfig::matmul_block`, and the automatic choice) at square
 //!   sizes and at MiniLM's GEMM shapes (`x @ W^T` through the transposed weight view), in f32
 //!   and f16 storage (`--dtypes f32|f16|both`); with `--cuda` (a build with the `cuda`
-//!   feature) the same matmuls on CUDA device 0 (cuBLAS) in a last column. Every kernel's
+//!   feature) the same matmuls on CUDA device 0 (cuBLAS) in a last column; with `--coop` a
+//!   column with `WgpuConfig::cooperative_matrix` on (f16 on matrix units where the adapter
+//!   has them). Every kernel's
 //!   result is first checked against the CPU's (the run fails on a mismatch). `--secs` per
 //!   point (default 0.3, at least 3 matmuls); shapes over `--max-mflop` million
 //!   floating-point operations are left out (software Vulkan).
@@ -296,6 +298,16 @@ fn matmul(min: Duration, max_flop: f64, args: &[String]) -> Res<()> {
         ));
     }
     columns.push(("auto".into(), WgpuConfig::default()));
+    if args.iter().any(|a| a == "--coop") {
+        // Cooperative matrices where the adapter has them (f16 only; f32 as auto).
+        columns.push((
+            "coop matrix".into(),
+            WgpuConfig {
+                cooperative_matrix: true,
+                ..WgpuConfig::default()
+            },
+        ));
+    }
     let devs = columns
         .iter()
         .map(|(_, c)| Device::wgpu_with(c.clone()))
@@ -308,19 +320,17 @@ fn matmul(min: Duration, max_flop: f64, args: &[String]) -> Res<()> {
         None
     };
     let cases = matmul_cases();
-    if let Some(paths) = devs[devs.len() - 1].wgpu_matmul_paths(
-        &cases
-            .iter()
-            .map(|c| (c.1, c.2, c.3, c.4))
-            .collect::<Vec<_>>(),
-    ) {
-        println!("## Matmul paths the automatic choice takes\n");
-        for (shape, path) in paths {
-            println!("- {shape}: {path}");
+    let shapes: Vec<_> = cases.iter().map(|c| (c.1, c.2, c.3, c.4)).collect();
+    for &dt in &dtypes {
+        if let Some(paths) = devs[devs.len() - 1].wgpu_matmul_paths(&shapes, dt) {
+            println!("## Matmul paths the automatic choice takes, {dt:?}\n");
+            for (shape, path) in paths {
+                println!("- {shape}: {path}");
+            }
+            println!();
         }
-        println!();
     }
-    for dt in dtypes {
+    for &dt in &dtypes {
         println!("## Matmul, {dt:?} storage: TFLOP/s (microseconds per call)\n");
         let mut head: Vec<String> = columns.iter().map(|c| c.0.clone()).collect();
         #[cfg(feature = "cuda")]

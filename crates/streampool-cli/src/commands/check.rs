@@ -51,10 +51,24 @@ pub fn run(args: Args) -> Result<()> {
         dev.pool_size()
     );
     #[cfg(feature = "wgpu")]
-    if let Some(paths) = dev.wgpu_matmul_paths(&MATMUL_SHAPES) {
-        for (shape, path) in paths {
-            println!("      matmul {shape}: {path}");
+    for dtype in [streampool::DType::F32, streampool::DType::F16] {
+        if let Some(paths) = dev.wgpu_matmul_paths(&MATMUL_SHAPES, dtype) {
+            for (shape, path) in paths {
+                println!("      matmul {dtype:?} {shape}: {path}");
+            }
         }
+    }
+    #[cfg(feature = "wgpu")]
+    if let Some((feature, configs)) = dev.wgpu_cooperative_matrix() {
+        println!(
+            "      cooperative matrix: EXPERIMENTAL_COOPERATIVE_MATRIX {}; configurations: {}",
+            if feature { "reported" } else { "not reported" },
+            if configs.is_empty() {
+                "none".to_string()
+            } else {
+                configs.join(", ")
+            }
+        );
     }
     step("matmul against host reference", matmul_matches(&dev))?;
     step("events order two streams", events_order(&dev))?;

@@ -32,6 +32,8 @@ const MAX_PARAMS: usize = PARAM_WORDS - 1;
 const MAX_GROUPS: u32 = 65_535;
 
 const PRELUDE: &str = include_str!("shaders/prelude.wgsl");
+/// The cooperative-matrix matmul's body (after `PRELUDE`).
+pub(crate) const MATMUL_COOP: &str = include_str!("shaders/matmul_coop.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
 
 /// One compiled kernel.
@@ -56,6 +58,8 @@ pub(crate) enum Which {
     Matmul,
     /// The register-blocked kernels, generated per [`blocked::Spec`] (in [`Key::spec`]).
     Blocked,
+    /// f16 matmul on cooperative matrices (`shaders/matmul_coop.wgsl`), opt-in.
+    MatmulCoop,
     /// One workgroup per (token, head): any head width up to 256.
     Attention,
     /// One workgroup per (sequence, head, 32 queries), K/V tiles in workgroup memory: head
@@ -69,7 +73,7 @@ pub(crate) enum Which {
 }
 
 impl Which {
-    const COUNT: usize = 16;
+    const COUNT: usize = 17;
 
     /// Label, WGSL body, and whether it uses the row reductions of `rows.wgsl`.
     fn source(self) -> (&'static str, &'static str, bool) {
@@ -89,6 +93,7 @@ impl Which {
             ),
             Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
             Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
+            Which::MatmulCoop => ("matmul_coop", MATMUL_COOP, false),
             // Generated: `Key::build` asks `blocked::Spec::source`.
             Which::Blocked => ("matmul_blocked", "", false),
             Which::Attention => ("attention", include_str!("shaders/attention.wgsl"), true),
@@ -124,15 +129,8 @@ pub(crate) struct Key {
 }
 
 impl Key {
-    /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
-    /// `loop_bounding`: keep naga's guard against endless loops (a counter in every loop);
-    /// see [`Shared::loop_bounding`].
-    pub(crate) fn build(
-        self,
-        device: &wgpu::Device,
-        name: &str,
-        loop_bounding: bool,
-    ) -> Result<Pipeline> {
+    /// The kernel's label and complete WGSL source.
+    pub(crate) fn wgsl(self) -> (String, String) {
         let (label, body, rows) = self.which.source();
         let generated = self.spec.map(|s| (s.label(), s.source()));
         let (label, body) = match &generated {
@@ -140,7 +138,9 @@ impl Key {
             None => (label, body),
         };
         // `enable` must come before every declaration.
-        let header = if self.half {
+        let header = if self.which == Which::MatmulCoop {
+            "enable f16;\nenable wgpu_cooperative_matrix;\nalias T = f16;\n"
+        } else if self.half {
             "enable f16;\nalias T = f16;\n"
         } else {
             "alias T = f32;\n"
@@ -153,6 +153,19 @@ impl Key {
         } else {
             label.to_string()
         };
+        (label, source)
+    }
+
+    /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
+    /// `loop_bounding`: keep naga's guard against endless loops (a counter in every loop);
+    /// see [`Shared::loop_bounding`].
+    pub(crate) fn build(
+        self,
+        device: &wgpu::Device,
+        name: &str,
+        loop_bounding: bool,
+    ) -> Result<Pipeline> {
+        let (label, source) = self.wgsl();
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(&label),
@@ -189,12 +202,75 @@ impl Key {
     }
 }
 
+/// Every kernel's label and WGSL source as the backend builds it: each kernel in f32 and
+/// f16 storage, the blocked matmul in every tile and layout, the cooperative-matrix matmul.
+/// For checks of the WGSL without a GPU (`tests/wgpu_naga.rs` translates each to SPIR-V
+/// and MSL through naga).
+pub fn all_wgsl() -> Vec<(String, String)> {
+    use blocked::{Layout, Spec};
+    const ALL: [Which; Which::COUNT] = [
+        Which::Fill,
+        Which::Copy,
+        Which::Unary,
+        Which::Binary,
+        Which::Softmax,
+        Which::LayerNorm,
+        Which::BiasAct,
+        Which::IndexSelect,
+        Which::Reduce,
+        Which::Matmul,
+        Which::Blocked,
+        Which::MatmulCoop,
+        Which::Attention,
+        Which::AttentionTiled,
+        Which::MeanPoolNorm,
+        Which::CastToHalf,
+        Which::CastToSingle,
+    ];
+    let mut keys = Vec::new();
+    for which in ALL {
+        let halves: &[bool] = match which {
+            // Casts and the cooperative matmul exist in one storage type each.
+            Which::CastToHalf | Which::CastToSingle | Which::MatmulCoop => &[true],
+            _ => &[false, true],
+        };
+        for &half in halves {
+            if which == Which::Blocked {
+                for bm in [64, 128] {
+                    for bn in [64, 128] {
+                        for bk in [4, 8, 16, 32] {
+                            for layout in [Layout::Generic, Layout::AlongK, Layout::BAlongN] {
+                                let spec = Some(Spec { bm, bn, bk, layout });
+                                keys.push(Key { which, half, spec });
+                            }
+                        }
+                    }
+                }
+            } else {
+                keys.push(Key {
+                    which,
+                    half,
+                    spec: None,
+                });
+            }
+        }
+    }
+    keys.into_iter().map(Key::wgsl).collect()
+}
+
 /// A stream's handles to the device's pipelines: each is fetched from the device's kernel
 /// cache (built there once, on first use by any stream) and then kept here, so later
 /// launches skip the cache's locks.
-#[derive(Default)]
 pub(crate) struct Pipelines {
     slots: [OnceLock<Arc<Pipeline>>; 2 * Which::COUNT],
+}
+
+impl Default for Pipelines {
+    fn default() -> Self {
+        Self {
+            slots: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
 }
 
 impl Pipelines {
@@ -208,9 +284,9 @@ impl Pipelines {
             half,
             spec: None,
         };
-        let p = shared
-            .kernels
-            .get_or_build(key, || key.build(&shared.device, &shared.name, shared.loop_bounding))?;
+        let p = shared.kernels.get_or_build(key, || {
+            key.build(&shared.device, &shared.name, shared.loop_bounding)
+        })?;
         Ok(slot.get_or_init(|| p).clone())
     }
 }
@@ -224,9 +300,9 @@ impl Pipelines {
             half,
             spec: Some(spec),
         };
-        shared
-            .kernels
-            .get_or_build(key, || key.build(&shared.device, &shared.name, shared.loop_bounding))
+        shared.kernels.get_or_build(key, || {
+            key.build(&shared.device, &shared.name, shared.loop_bounding)
+        })
     }
 }
 
@@ -396,6 +472,8 @@ pub(crate) enum MatmulPath {
     Simple,
     /// A register-blocked `bm x bn` tile with `bk`-deep slices ([`blocked`]).
     Blocked { bm: u32, bn: u32, bk: u32 },
+    /// 64x64 blocks on cooperative matrices (f16 only, where enabled).
+    Coop,
 }
 
 /// How the device picks matmul kernels ([`WgpuConfig`](super::WgpuConfig)'s `matmul_tile`
@@ -410,6 +488,9 @@ pub(crate) struct MatmulChoice {
     pub(crate) block: Option<(u32, u32, u32)>,
     /// Workgroups a blocked launch should give at least before a larger tile is taken.
     pub(crate) groups: usize,
+    /// The device was opened with cooperative matrices (opt-in, adapter permitting): f16
+    /// matmuls of 64 rows and columns or more take them.
+    pub(crate) coop: bool,
 }
 
 impl Default for MatmulChoice {
@@ -418,20 +499,32 @@ impl Default for MatmulChoice {
             forced: None,
             block: None,
             groups: DEFAULT_GROUPS,
+            coop: false,
         }
     }
 }
 
-/// Workgroups a blocked matmul should fill before a larger tile is taken (about two per
-/// multiprocessor of a large GPU: an H100 has 132).
-pub(crate) const DEFAULT_GROUPS: usize = 264;
+/// Workgroups a blocked matmul should fill before a larger tile is taken: about two per
+/// multiprocessor of a large GPU (an H100 has 132). Tuned on the H100 through Vulkan
+/// (`bench/results/wgpu-2026-11-24-s7/h100-matmul-sweep.md`): with 256 the automatic
+/// choice is within 11% of the best of the ten tiles swept at each of its shapes (f32).
+pub(crate) const DEFAULT_GROUPS: usize = 256;
 /// Slice depth of the automatic blocked tiles.
 const DEFAULT_BK: u32 = 16;
 
 /// The matmul kernel for an output of `batch` x `m` x `n`: the 16x16 tile for thin outputs
 /// (fewer than 64 rows or columns: batch-1 layers, attention's per-head products), else the
 /// largest blocked tile (128x128, 128x64, 64x64) that still gives `groups` workgroups.
-pub(crate) fn matmul_kernel(c: &MatmulChoice, batch: usize, m: usize, n: usize) -> MatmulPath {
+pub(crate) fn matmul_kernel(
+    c: &MatmulChoice,
+    half: bool,
+    batch: usize,
+    m: usize,
+    n: usize,
+) -> MatmulPath {
+    if c.coop && half && m >= 64 && n >= 64 && c.forced.is_none() {
+        return MatmulPath::Coop;
+    }
     match c.forced {
         Some(16) => return MatmulPath::Simple,
         Some(t @ (64 | 128)) => {
@@ -662,8 +755,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (ab, ao) = b.at(a.ptr, t)?;
             let (bb, bo) = b.at(rhs.ptr, t)?;
             let (ob, oo) = b.at(*out, t)?;
-            let (pipeline, [bm, bn]) = match matmul_kernel(&shared.matmul, *batch, *m, *n) {
+            let (pipeline, [bm, bn]) = match matmul_kernel(&shared.matmul, half, *batch, *m, *n) {
                 MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
+                MatmulPath::Coop => (k.get(shared, Which::MatmulCoop, half)?, [64, 64]),
                 MatmulPath::Blocked { bm, bn, bk } => {
                     // The vec4 variants need every offset, stride and extent they step by
                     // four to be a multiple of four (in elements).

@@ -73,13 +73,20 @@ pub struct WgpuConfig {
     /// one): by shape, the 16x16 tile for outputs under 64 rows or columns, else the largest
     /// blocked tile (128x128, 128x64, 64x64) that still fills the GPU. For tests and tuning;
     /// the variables `STREAMPOOL_WGPU_MATMUL_BLOCK=BMxBNxBK` (e.g. `128x64x16`) and
-    /// `STREAMPOOL_WGPU_MATMUL_GROUPS` (workgroups a tile must give, default 264) tune the
+    /// `STREAMPOOL_WGPU_MATMUL_GROUPS` (workgroups a tile must give, default 256) tune the
     /// automatic choice. [`Device::wgpu_matmul_paths`] says what a device takes.
     pub matmul_tile: Option<u32>,
     /// The blocked tile `[BM, BN, BK]` the automatic choice takes wherever it takes a
     /// blocked one (BM and BN 64 or 128, BK 4, 8, 16 or 32); `None`: the variable
     /// `STREAMPOOL_WGPU_MATMUL_BLOCK` if set, else by shape. For tuning.
     pub matmul_block: Option<[u32; 3]>,
+    /// Opt in to f16 matmuls on cooperative matrices (wgpu's experimental
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`: Apple's simdgroup matrices, Vulkan's
+    /// `VK_KHR_cooperative_matrix`), taken only where the adapter reports the feature, lists
+    /// 16x16x16 f16 -> f32 products, has `SHADER_F16` and `SUBGROUP` with 32-wide subgroups;
+    /// elsewhere the setting changes nothing. Also `STREAMPOOL_WGPU_COOP_MATRIX=1`.
+    /// `Device::wgpu_cooperative_matrix` says what the adapter offers.
+    pub cooperative_matrix: bool,
 }
 
 impl Default for WgpuConfig {
@@ -91,6 +98,7 @@ impl Default for WgpuConfig {
             quarantine: Quarantine::Auto,
             matmul_tile: None,
             matmul_block: None,
+            cooperative_matrix: false,
         }
     }
 }
@@ -114,6 +122,10 @@ pub(crate) struct Shared {
     /// in every loop that ends it after 2^64 iterations. Off by default: our loops all end
     /// (see `kernels::Key::build`), and the counter costs in the inner loops.
     pub(crate) loop_bounding: bool,
+    /// What the adapter says of cooperative matrices: whether it has
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`, and its configurations (`MxNxK A/B->C`), for
+    /// `streampool check`.
+    pub(crate) coop_matrix: (bool, Vec<String>),
     /// The quarantine lock, when on: held around encoding, finishing and submission only.
     pub(crate) quarantine: Option<Mutex<()>>,
 }
@@ -269,16 +281,43 @@ impl WgpuDevice {
         // Half precision where the adapter has it (WGSL's `enable f16`: f16 arithmetic and
         // 16-bit storage buffers); without it, F16 kernels are errors (see `kernels`).
         let shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
-        let required_features = if shader_f16 {
+        let mut required_features = if shader_f16 {
             wgpu::Features::SHADER_F16
         } else {
             wgpu::Features::empty()
         };
+        // Cooperative matrices: opt-in, and only with everything `shaders/matmul_coop.wgsl`
+        // relies on (see `WgpuConfig::cooperative_matrix`).
+        let coop_wanted = config.cooperative_matrix
+            || std::env::var("STREAMPOOL_WGPU_COOP_MATRIX").as_deref() == Ok("1");
+        let coop_features =
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP;
+        let coop = coop_wanted
+            && shader_f16
+            && adapter.features().contains(coop_features)
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32
+            && adapter.cooperative_matrix_properties().iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && p.ab_type == wgpu::CooperativeScalarType::F16
+                    && p.cr_type == wgpu::CooperativeScalarType::F32
+            });
+        if coop {
+            required_features |= coop_features;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("streampool"),
             required_features,
             // The adapter's own limits: the largest buffers and bindings it allows.
             required_limits: adapter.limits(),
+            // SAFETY: experimental features are only requested with `coop` (an explicit
+            // opt-in); wgpu's token acknowledges that they may have bugs. The one kernel
+            // that uses them is validated by naga in CI (tests/wgpu_coop_naga.rs).
+            experimental_features: if coop {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| Error::Unavailable(format!("wgpu: opening {}: {e}", info.name)))?;
@@ -340,7 +379,23 @@ impl WgpuDevice {
             forced,
             block,
             groups,
+            coop,
         };
+        let coop_matrix = (
+            adapter
+                .features()
+                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+            adapter
+                .cooperative_matrix_properties()
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}x{}x{} {:?}->{:?}",
+                        p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type
+                    )
+                })
+                .collect(),
+        );
         let memory = memory::Memory::new(name.clone(), &device.limits());
         Ok((
             index,
@@ -356,6 +411,7 @@ impl WgpuDevice {
                     matmul,
                     attention_tiled: var("STREAMPOOL_WGPU_ATTENTION").as_deref() != Some("token"),
                     loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
+                    coop_matrix,
                 }),
             },
         ))
@@ -416,16 +472,18 @@ impl Device {
         Ok(dev)
     }
 
-    /// Which matmul kernel this wgpu device takes for each of `shapes` (`(batch, m, k, n)`,
+    /// Which matmul kernel this wgpu device takes in `dtype` for each of `shapes` (`(batch, m, k, n)`,
     /// contiguous operands, the right one through `W^T` as the models' linear layers use
     /// it), as `(shape, path)` lines such as `("2048x384x1152", "blocked 128x64x16, vec4
     /// along K")`; `None` for a device of another backend. For `streampool check`.
     pub fn wgpu_matmul_paths(
         &self,
         shapes: &[(usize, usize, usize, usize)],
+        dtype: crate::DType,
     ) -> Option<Vec<(String, String)>> {
         let dev = self.backend().as_any().downcast_ref::<WgpuDevice>()?;
         let shared = &dev.shared;
+        let half = dtype == crate::DType::F16;
         Some(
             shapes
                 .iter()
@@ -435,8 +493,11 @@ impl Device {
                     } else {
                         format!("{batch} x {m}x{k}x{n}")
                     };
-                    let path = match kernels::matmul_kernel(&shared.matmul, batch, m, n) {
+                    let path = match kernels::matmul_kernel(&shared.matmul, half, batch, m, n) {
                         kernels::MatmulPath::Simple => "16x16 tile, 1 output per invocation".into(),
+                        kernels::MatmulPath::Coop => {
+                            "cooperative matrices, 64x64 blocks of 16x16x16 f16 products".into()
+                        }
                         kernels::MatmulPath::Blocked { bm, bn, bk } => {
                             let vec = if k % 4 == 0 && n % 4 == 0 {
                                 "vec4 along K"
@@ -454,6 +515,14 @@ impl Device {
                 })
                 .collect(),
         )
+    }
+
+    /// Whether this wgpu device's adapter reports `EXPERIMENTAL_COOPERATIVE_MATRIX`, and the
+    /// cooperative-matrix configurations it lists (`"16x16x16 F16->F32"`); `None` for a
+    /// device of another backend. For `streampool check`.
+    pub fn wgpu_cooperative_matrix(&self) -> Option<(bool, Vec<String>)> {
+        let dev = self.backend().as_any().downcast_ref::<WgpuDevice>()?;
+        Some(dev.shared.coop_matrix.clone())
     }
 
     /// A new, separate wgpu device (own `wgpu::Device`, queue, pool, allocator and kernels).
