@@ -151,7 +151,7 @@ impl Spec {
                 ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
             }
             for r in 0..ra {
-                let live = if na % 256 != 0 {
+                let live = if !na.is_multiple_of(256) {
                     format!("ea{r} < {na}u && ")
                 } else {
                     String::new()
@@ -166,7 +166,7 @@ impl Spec {
                 l!("}}");
             }
             for r in 0..rb {
-                let live = if nb % 256 != 0 {
+                let live = if !nb.is_multiple_of(256) {
                     format!("eb{r} < {nb}u && ")
                 } else {
                     String::new()
@@ -195,7 +195,7 @@ impl Spec {
                 ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
             }
             let guard = |e: &str, r: u32, total: u32| {
-                if total % 256 != 0 {
+                if !total.is_multiple_of(256) {
                     format!("if ({e}{r} < {total}u) ")
                 } else {
                     String::new()

@@ -761,13 +761,14 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 MatmulPath::Blocked { bm, bn, bk } => {
                     // The vec4 variants need every offset, stride and extent they step by
                     // four to be a multiple of four (in elements).
-                    let four = |v: &[usize]| v.iter().all(|x| x % 4 == 0);
+                    let four = |v: &[usize]| v.iter().all(|x| x.is_multiple_of(4));
                     let common = a.cs == 1
                         && four(&[ao as usize, a.rs, a.batch_stride, *kk, *n, oo as usize])
                         && four(&[bo as usize, rhs.batch_stride]);
-                    let layout = if common && rhs.rs == 1 && rhs.cs != 1 && rhs.cs % 4 == 0 {
+                    let layout = if common && rhs.rs == 1 && rhs.cs != 1 && rhs.cs.is_multiple_of(4)
+                    {
                         blocked::Layout::AlongK
-                    } else if common && rhs.cs == 1 && rhs.rs % 4 == 0 {
+                    } else if common && rhs.cs == 1 && rhs.rs.is_multiple_of(4) {
                         blocked::Layout::BAlongN
                     } else {
                         blocked::Layout::Generic
@@ -1009,12 +1010,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 word(*head_dim, "head width")?,
             ];
             word(rows, "attention rows")?;
-            let (which, groups) = if shared.attention_tiled && head_dim % 4 == 0 && *head_dim <= 64
-            {
-                (Which::AttentionTiled, batch * heads * seq.div_ceil(32))
-            } else {
-                (Which::Attention, rows)
-            };
+            let (which, groups) =
+                if shared.attention_tiled && head_dim.is_multiple_of(4) && *head_dim <= 64 {
+                    (Which::AttentionTiled, batch * heads * seq.div_ceil(32))
+                } else {
+                    (Which::Attention, rows)
+                };
             b.dispatch(
                 &k.get(shared, which, half)?,
                 &params,

@@ -126,6 +126,8 @@ pub(crate) struct Shared {
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX`, and its configurations (`MxNxK A/B->C`), for
     /// `streampool check`.
     pub(crate) coop_matrix: (bool, Vec<String>),
+    /// Read-back staging buffers kept per stream (`STREAMPOOL_WGPU_KEEP_READBACK=0`: none).
+    pub(crate) keep_readback: bool,
     /// The quarantine lock, when on: held around encoding, finishing and submission only.
     pub(crate) quarantine: Option<Mutex<()>>,
 }
@@ -412,6 +414,7 @@ impl WgpuDevice {
                     attention_tiled: var("STREAMPOOL_WGPU_ATTENTION").as_deref() != Some("token"),
                     loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
                     coop_matrix,
+                    keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
                 }),
             },
         ))
@@ -499,7 +502,7 @@ impl Device {
                             "cooperative matrices, 64x64 blocks of 16x16x16 f16 products".into()
                         }
                         kernels::MatmulPath::Blocked { bm, bn, bk } => {
-                            let vec = if k % 4 == 0 && n % 4 == 0 {
+                            let vec = if k.is_multiple_of(4) && n.is_multiple_of(4) {
                                 "vec4 along K"
                             } else {
                                 "scalar loads"

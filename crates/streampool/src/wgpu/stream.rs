@@ -422,30 +422,10 @@ impl BackendStream for WgpuStream {
                 buffer.size()
             )));
         }
-        // With nothing of this stream unsubmitted and no barrier pending, `Queue::write_buffer`
-        // is in stream order: wgpu runs the write at the queue's next submission, after all
-        // this stream's earlier work (all submitted) and before anything it encodes later.
-        // It skips a staging buffer of our own (a Vulkan buffer and its memory: the bulk of
-        // a small upload's cost). The state lock is held across the check and the write, so
-        // no launch of this stream slips in between; the write does not wait for the GPU.
-        {
-            let st = self.core().state.lock();
-            if st.encoder.is_none() && st.held.is_empty() && st.barriers.is_empty() {
-                let _q = shared.quarantine.as_ref().map(|q| q.lock());
-                let scope = shared
-                    .device
-                    .push_error_scope(wgpu::ErrorFilter::Validation);
-                let mut data = src;
-                data.resize(size as usize, 0);
-                shared.queue.write_buffer(&buffer, offset, &data);
-                if let Some(e) = pollster::block_on(scope.pop()) {
-                    return Err(shared.backend_err(format!("upload: {e}")));
-                }
-                return Ok(());
-            }
-        }
-        // Otherwise a staging buffer mapped at creation, copied in stream order by the
-        // encoder (a `Queue::write_buffer` would run before this stream's unsubmitted work).
+        // A staging buffer mapped at creation, copied in stream order by the encoder (a
+        // `Queue::write_buffer` would run before this stream's unsubmitted work; used only
+        // when nothing was unsubmitted, it hung the parallel wgpu suite on the H100 and did
+        // not lower the MLP call floor: bench/results/wgpu-2026-11-24-s7/).
         let staging = shared.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("streampool upload"),
             size,
@@ -541,7 +521,7 @@ impl BackendStream for WgpuStream {
             dst.copy_from_slice(&view[skip..skip + dst.len()]);
         }
         staging.unmap();
-        if staging.size() <= READBACK_MAX {
+        if shared.keep_readback && staging.size() <= READBACK_MAX {
             let mut pool = self.core().readback.lock();
             if pool.len() < READBACK_KEEP {
                 pool.push(staging);
