@@ -12,10 +12,16 @@
 //!   over the time until the last thread has recorded and submitted its last op, with
 //!   `Stream::record_event`) and end-to-end ops/s (until the GPU has finished them all). Each
 //!   chain's result is checked.
-//! - `matmul`: time per matmul for each kernel (`WgpuConfig::matmul_tile` 16, 32, 64, and the
-//!   automatic choice) at square sizes and at the models' shapes (`x @ W^T` through the
-//!   transposed weight view); `--secs` per point (default 0.3, at least 3 matmuls); shapes
-//!   over `--max-mflop` million floating-point operations are left out (software Vulkan).
+//! - `matmul`: TFLOP/s per matmul kernel (the 16x16 tile, each blocked tile of `--blocks
+//!   BMxBNxBK,...` through `WgpuConfig::matmul_block`, and the automatic choice) at square
+//!   sizes and at MiniLM's GEMM shapes (`x @ W^T` through the transposed weight view), in f32
+//!   and f16 storage (`--dtypes f32|f16|both`); with `--cuda` (a build with the `cuda`
+//!   feature) the same matmuls on CUDA device 0 (cuBLAS) in a last column; with `--coop` a
+//!   column with `WgpuConfig::cooperative_matrix` on (f16 on matrix units where the adapter
+//!   has them). Every kernel's
+//!   result is first checked against the CPU's (the run fails on a mismatch). `--secs` per
+//!   point (default 0.3, at least 3 matmuls); shapes over `--max-mflop` million
+//!   floating-point operations are left out (software Vulkan).
 //!
 //! The adapter is the default one (`STREAMPOOL_WGPU_ADAPTER` picks another). Figures from
 //! Mesa's software Vulkan (lavapipe) check that the code runs; they say nothing of a GPU.
@@ -23,7 +29,7 @@
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use streampool::{Device, StreamGuard, Tensor, WgpuConfig, WgpuQuarantine};
+use streampool::{DType, Device, StreamGuard, Tensor, WgpuConfig, WgpuQuarantine};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -43,7 +49,7 @@ fn main() -> Res<()> {
         encode(ops)?;
     }
     if all || args.iter().any(|a| a == "matmul") {
-        matmul(Duration::from_secs_f64(secs), max_flop)?;
+        matmul(Duration::from_secs_f64(secs), max_flop, &args)?;
     }
     Ok(())
 }
@@ -128,94 +134,232 @@ fn encode(ops: usize) -> Res<()> {
     Ok(())
 }
 
-/// Seconds per matmul of `a @ b`, enqueued back to back for at least `min` (and 3 calls).
+/// Seconds per matmul of `a @ b`: after a warm-up (the pipeline's build) and a timed single
+/// call, enough calls to fill `min` (at least 3) enqueued back to back with one synchronize
+/// at the end; the best of 3 such runs.
 fn time_matmul(a: &Tensor, b: &Tensor, min: Duration) -> Res<f64> {
     let stream = a.device().current_stream()?;
-    a.matmul(b)?; // builds the pipeline
+    a.matmul(b)?;
     stream.synchronize()?;
     let start = Instant::now();
-    let mut n = 0u32;
-    while n < 3 || start.elapsed() < min {
-        a.matmul(b)?;
-        n += 1;
-        if n.is_multiple_of(8) {
-            stream.synchronize()?;
-        }
-    }
+    a.matmul(b)?;
     stream.synchronize()?;
-    Ok(start.elapsed().as_secs_f64() / n as f64)
+    let one = start.elapsed().as_secs_f64();
+    let n = ((min.as_secs_f64() / 3.0 / one) as usize).clamp(3, 20_000);
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for _ in 0..n {
+            a.matmul(b)?;
+        }
+        stream.synchronize()?;
+        best = best.min(start.elapsed().as_secs_f64() / n as f64);
+    }
+    Ok(best)
 }
 
-fn matmul(min: Duration, max_flop: f64) -> Res<()> {
-    // (label, batch, m, k, n, right operand through W^T)
-    let cases: Vec<(String, usize, usize, usize, usize, bool)> = [64, 128, 256, 512, 1024]
+/// `(label, batch, m, k, n, right operand through W^T)`.
+type Case = (String, usize, usize, usize, usize, bool);
+
+fn matmul_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = [512, 1024, 2048]
         .iter()
         .map(|&s| (format!("{s}^3"), 1, s, s, s, false))
-        .chain([
-            (
-                "MLP batch 1: 1x256 @ W^T(256x1024)".to_string(),
-                1,
-                1,
-                256,
-                1024,
-                true,
-            ),
-            (
-                "MiniLM QKV, 64x32 tokens: 2048x384 @ W^T(384x1152)".to_string(),
-                1,
-                2048,
-                384,
-                1152,
-                true,
-            ),
-            (
-                "MiniLM scores, 64x12 heads: 768 x [32x32 @ 32x32]".to_string(),
-                768,
-                32,
-                32,
-                32,
-                false,
-            ),
-        ])
         .collect();
-    let tiles: [(&str, Option<u32>); 4] = [
-        ("16x16 (before)", Some(16)),
-        ("32x32, 2x2 per thread", Some(32)),
-        ("64x64, 4x4 per thread", Some(64)),
-        ("auto", None),
-    ];
-    let devs = tiles
-        .iter()
-        .map(|(_, t)| {
-            Device::wgpu_with(WgpuConfig {
-                matmul_tile: *t,
-                ..WgpuConfig::default()
-            })
+    cases.push((
+        "MLP batch 1: 1x256 @ W^T(256x1024)".into(),
+        1,
+        1,
+        256,
+        1024,
+        true,
+    ));
+    // MiniLM's four linear layers (hidden 384, intermediate 1536) at 64 sentences of 32 and
+    // of 128 tokens: rows x in @ W^T(in x out).
+    for rows in [2048, 8192] {
+        for (what, k, n) in [
+            ("QKV", 384, 1152),
+            ("attn out", 384, 384),
+            ("FFN up", 384, 1536),
+            ("FFN down", 1536, 384),
+        ] {
+            cases.push((
+                format!("MiniLM {what}: {rows}x{k} @ W^T({k}x{n})"),
+                1,
+                rows,
+                k,
+                n,
+                true,
+            ));
+        }
+    }
+    cases.push((
+        "MiniLM scores, 64x12 heads: 768 x [32x32 @ 32x32]".into(),
+        768,
+        32,
+        32,
+        32,
+        false,
+    ));
+    cases
+}
+
+/// The operands of `case` in `dt` on `dev` (the same values on every device).
+fn operands(dev: &Device, case: &Case, dt: DType) -> Res<(Tensor, Tensor)> {
+    let (_, batch, m, k, n, wt) = *case;
+    let a = Tensor::randn(&[batch, m, k], 1, dev)?.to_dtype(dt)?;
+    let b = if wt {
+        Tensor::randn(&[n, k], 2, dev)?.to_dtype(dt)?.t()?
+    } else {
+        Tensor::randn(&[batch, k, n], 2, dev)?.to_dtype(dt)?
+    };
+    Ok((a, b))
+}
+
+/// Seconds per matmul of `case` in `dt` on `dev`, after checking its result against
+/// `want` (the CPU's, in f32 from the same rounded inputs): the norm-relative error must
+/// stay under 1e-5 (f32 on wgpu) or 2e-3 (f16 storage; CUDA, which may take TF32), else the
+/// run fails.
+fn time_case(dev: &Device, case: &Case, dt: DType, want: &[f32], min: Duration) -> Res<f64> {
+    let (a, b) = operands(dev, case, dt)?;
+    let got = a.matmul(&b)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    let (mut err, mut norm) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        err += (*g as f64 - *w as f64).powi(2);
+        norm += (*w as f64).powi(2);
+    }
+    let rel = (err / norm.max(1e-30)).sqrt();
+    let tol = if dt == DType::F16 || !dev.name().starts_with("wgpu") {
+        2e-3
+    } else {
+        1e-5
+    };
+    if got.len() != want.len() || rel.is_nan() || rel > tol {
+        return Err(format!(
+            "{} on {}: relative error {rel:.2e} over {tol:.0e}",
+            case.0,
+            dev.name()
+        )
+        .into());
+    }
+    time_matmul(&a, &b, min)
+}
+
+/// The CPU's result for `case` from inputs rounded to `dt`.
+fn reference(case: &Case, dt: DType) -> Res<Vec<f32>> {
+    let cpu = Device::cpu();
+    let (a, b) = operands(&cpu, case, DType::F32)?;
+    let round = |t: Tensor| -> Res<Tensor> { Ok(t.to_dtype(dt)?.to_dtype(DType::F32)?) };
+    let (a, b) = if dt == DType::F32 {
+        (a, b)
+    } else {
+        (round(a)?, round(b)?)
+    };
+    Ok(a.matmul(&b)?.to_vec::<f32>()?)
+}
+
+fn matmul(min: Duration, max_flop: f64, args: &[String]) -> Res<()> {
+    let flag = |f: &str| {
+        args.iter()
+            .position(|a| a == f)
+            .and_then(|i| args.get(i + 1))
+    };
+    // Blocked tiles to time besides the 16x16 kernel and the automatic choice.
+    let blocks: Vec<[u32; 3]> = flag("--blocks")
+        .map(String::as_str)
+        .unwrap_or("64x64x16,128x64x16,128x128x16")
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let v: Vec<u32> = s.split('x').map(|p| p.parse()).collect::<Result<_, _>>()?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>([v[0], v[1], v[2]])
         })
+        .collect::<Result<_, _>>()?;
+    let dtypes: Vec<DType> = match flag("--dtypes").map(String::as_str) {
+        Some("f32") => vec![DType::F32],
+        Some("f16") => vec![DType::F16],
+        _ => vec![DType::F32, DType::F16],
+    };
+    let mut columns: Vec<(String, WgpuConfig)> = vec![(
+        "16x16".into(),
+        WgpuConfig {
+            matmul_tile: Some(16),
+            ..WgpuConfig::default()
+        },
+    )];
+    for b in &blocks {
+        columns.push((
+            format!("{}x{}x{}", b[0], b[1], b[2]),
+            WgpuConfig {
+                // 1 workgroup is always reached: the named tile wherever a blocked one fits.
+                matmul_block: Some(*b),
+                ..WgpuConfig::default()
+            },
+        ));
+    }
+    columns.push(("auto".into(), WgpuConfig::default()));
+    if args.iter().any(|a| a == "--coop") {
+        // Cooperative matrices where the adapter has them (f16 only; f32 as auto).
+        columns.push((
+            "coop matrix".into(),
+            WgpuConfig {
+                cooperative_matrix: true,
+                ..WgpuConfig::default()
+            },
+        ));
+    }
+    let devs = columns
+        .iter()
+        .map(|(_, c)| Device::wgpu_with(c.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     eprintln!("device: {}", devs[0].name());
-    println!("## Matmul, f32: microseconds per call (GFLOP/s)\n");
-    let head: Vec<&str> = tiles.iter().map(|t| t.0).collect();
-    println!("| shape | {} |", head.join(" | "));
-    println!("|---|{}", "---:|".repeat(tiles.len()));
-    for (label, batch, m, k, n, wt) in cases {
-        let flops = 2.0 * (batch * m * k * n) as f64;
-        if flops > max_flop {
-            continue;
+    #[cfg(feature = "cuda")]
+    let cuda = if args.iter().any(|a| a == "--cuda") {
+        Some(Device::cuda(0)?)
+    } else {
+        None
+    };
+    let cases = matmul_cases();
+    let shapes: Vec<_> = cases.iter().map(|c| (c.1, c.2, c.3, c.4)).collect();
+    for &dt in &dtypes {
+        if let Some(paths) = devs[devs.len() - 1].wgpu_matmul_paths(&shapes, dt) {
+            println!("## Matmul paths the automatic choice takes, {dt:?}\n");
+            for (shape, path) in paths {
+                println!("- {shape}: {path}");
+            }
+            println!();
         }
-        let mut cells = Vec::new();
-        for dev in &devs {
-            let a = Tensor::randn(&[batch, m, k], 1, dev)?;
-            let b = if wt {
-                Tensor::randn(&[n, k], 2, dev)?.t()?
-            } else {
-                Tensor::randn(&[batch, k, n], 2, dev)?
-            };
-            let s = time_matmul(&a, &b, min)?;
-            cells.push(format!("{:.1} ({:.1})", s * 1e6, flops / s / 1e9));
-        }
-        println!("| {label} | {} |", cells.join(" | "));
     }
-    println!();
+    for &dt in &dtypes {
+        println!("## Matmul, {dt:?} storage: TFLOP/s (microseconds per call)\n");
+        // Extended with the CUDA column in a build with that feature.
+        #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+        let mut head: Vec<String> = columns.iter().map(|c| c.0.clone()).collect();
+        #[cfg(feature = "cuda")]
+        if cuda.is_some() {
+            head.push("CUDA (cuBLAS)".into());
+        }
+        println!("| shape | {} |", head.join(" | "));
+        println!("|---|{}", "---:|".repeat(head.len()));
+        for case in &cases {
+            let (label, batch, m, k, n, _) = case;
+            let flops = 2.0 * (batch * m * k * n) as f64;
+            if flops > max_flop {
+                continue;
+            }
+            let want = reference(case, dt)?;
+            let mut cells = Vec::new();
+            #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+            let mut devices: Vec<&Device> = devs.iter().collect();
+            #[cfg(feature = "cuda")]
+            devices.extend(cuda.as_ref());
+            for dev in devices {
+                let s = time_case(dev, case, dt, &want, min)?;
+                cells.push(format!("{:.2} ({:.1})", flops / s / 1e12, s * 1e6));
+            }
+            println!("| {label} | {} |", cells.join(" | "));
+        }
+        println!();
+    }
     Ok(())
 }

@@ -261,8 +261,9 @@ fn attention_ref(
 #[test]
 fn fused_attention_in_every_dtype() {
     let mut rng = Rng::new(4);
-    // Head widths 32 (MiniLM) and 24 (padded inside the CUDA kernel); one row all padding.
-    for (batch, seq, heads, d) in [(3, 37, 2, 32), (2, 70, 3, 24)] {
+    // Head widths 32 (MiniLM), 24 (padded inside the CUDA kernel) and 64 (BERT-base: the
+    // wgpu query-tile kernel's second column group); one row all padding.
+    for (batch, seq, heads, d) in [(3, 37, 2, 32), (2, 70, 3, 24), (2, 33, 1, 64)] {
         let mut mask = vec![1.0f32; batch * seq];
         for (j, m) in mask[seq..2 * seq].iter_mut().enumerate() {
             *m = (j < seq / 2) as u8 as f32;

@@ -203,10 +203,11 @@ fn bf16_is_a_clear_error_and_f16_follows_the_adapter() {
     );
 }
 
-/// Every matmul kernel (the 16x16 tile and the register-blocked 32x32 and 64x64 ones, forced
-/// through `WgpuConfig::matmul_tile`) against float64, at sizes that leave partial tiles (1,
-/// 7, 65, 129), batched, with a transposed right operand (the models' `W^T` view), a
-/// transposed left one, a broadcast batch and views at offsets; in F32 and, where the
+/// Every matmul kernel (the 16x16 tile and the register-blocked 64x64 and 128x128 ones,
+/// forced through `WgpuConfig::matmul_tile`) against float64, at sizes that leave partial
+/// tiles (1, 7, 65, 129, 130), batched, with a transposed right operand (the models' `W^T`
+/// view), a row-major one, a transposed left one, a broadcast batch and views at offsets,
+/// with K and N multiples of 4 (the blocked tiles' vec4 variants) and not; in F32 and, where the
 /// adapter has it, F16 (tolerance 1e-5 and 1e-3, norm-relative).
 #[test]
 fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
@@ -231,8 +232,11 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
         (129, 65, 129),
         (65, 1, 7),
         (129, 129, 65),
+        // K and N multiples of 4: the blocked tiles' vec4 variants (B along K and along N).
+        (130, 68, 72),
+        (66, 8, 68),
     ];
-    for tile in [16, 32, 64] {
+    for tile in [16, 64, 128] {
         let dev = Device::wgpu_with(WgpuConfig {
             matmul_tile: Some(tile),
             ..WgpuConfig::default()
@@ -291,6 +295,10 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                 let at = up(&a, &[batch, m, k]);
                 let wt = up(&w, &[n, k]).t().unwrap();
                 check("A W^T (shared right operand)", &at.matmul(&wt).unwrap());
+                check(
+                    "A W (row-major right operand)",
+                    &at.matmul(&wt.contiguous().unwrap()).unwrap(),
+                );
                 // A stored as [batch, k, m] and read transposed; W^T made contiguous.
                 let a_km: Vec<f32> = (0..batch * k * m)
                     .map(|e| {

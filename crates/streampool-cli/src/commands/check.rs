@@ -23,6 +23,17 @@ fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
             .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
 }
 
+/// Shapes (`batch, m, k, n`) whose wgpu matmul kernel `check` reports: an MLP at batch 1,
+/// 1024^3, MiniLM's QKV and FFN layers at 64 sentences of 32 tokens, its attention scores.
+#[cfg(feature = "wgpu")]
+const MATMUL_SHAPES: [(usize, usize, usize, usize); 5] = [
+    (1, 1, 256, 1024),
+    (1, 1024, 1024, 1024),
+    (1, 2048, 384, 1152),
+    (1, 2048, 1536, 384),
+    (768, 32, 32, 32),
+];
+
 /// Runs the self-test; prints one line per step.
 pub fn run(args: Args) -> Result<()> {
     let dev = super::device::open(&args.device)?;
@@ -39,6 +50,26 @@ pub fn run(args: Args) -> Result<()> {
         dev.name(),
         dev.pool_size()
     );
+    #[cfg(feature = "wgpu")]
+    for dtype in [streampool::DType::F32, streampool::DType::F16] {
+        if let Some(paths) = dev.wgpu_matmul_paths(&MATMUL_SHAPES, dtype) {
+            for (shape, path) in paths {
+                println!("      matmul {dtype:?} {shape}: {path}");
+            }
+        }
+    }
+    #[cfg(feature = "wgpu")]
+    if let Some((feature, configs)) = dev.wgpu_cooperative_matrix() {
+        println!(
+            "      cooperative matrix: EXPERIMENTAL_COOPERATIVE_MATRIX {}; configurations: {}",
+            if feature { "reported" } else { "not reported" },
+            if configs.is_empty() {
+                "none".to_string()
+            } else {
+                configs.join(", ")
+            }
+        );
+    }
     step("matmul against host reference", matmul_matches(&dev))?;
     step("events order two streams", events_order(&dev))?;
     step(

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use wgpu::util::DeviceExt;
 
-use super::Shared;
+use super::{blocked, Shared};
 use crate::backend::DevicePtr;
 use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
 use crate::sync::Arc;
@@ -32,6 +32,8 @@ const MAX_PARAMS: usize = PARAM_WORDS - 1;
 const MAX_GROUPS: u32 = 65_535;
 
 const PRELUDE: &str = include_str!("shaders/prelude.wgsl");
+/// The cooperative-matrix matmul's body (after `PRELUDE`).
+pub(crate) const MATMUL_COOP: &str = include_str!("shaders/matmul_coop.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
 
 /// One compiled kernel.
@@ -54,11 +56,15 @@ pub(crate) enum Which {
     Reduce,
     /// The 16x16 tile, one output per invocation: small outputs.
     Matmul,
-    /// Register-blocked 32x32 tiles (2x2 outputs per invocation).
-    Matmul32,
-    /// Register-blocked 64x64 tiles (4x4 outputs per invocation).
-    Matmul64,
+    /// The register-blocked kernels, generated per [`blocked::Spec`] (in [`Key::spec`]).
+    Blocked,
+    /// f16 matmul on cooperative matrices (`shaders/matmul_coop.wgsl`), opt-in.
+    MatmulCoop,
+    /// One workgroup per (token, head): any head width up to 256.
     Attention,
+    /// One workgroup per (sequence, head, 32 queries), K/V tiles in workgroup memory: head
+    /// widths up to 64, multiples of 4.
+    AttentionTiled,
     MeanPoolNorm,
     /// f32 to f16.
     CastToHalf,
@@ -67,11 +73,10 @@ pub(crate) enum Which {
 }
 
 impl Which {
-    const COUNT: usize = 16;
+    const COUNT: usize = 17;
 
     /// Label, WGSL body, and whether it uses the row reductions of `rows.wgsl`.
     fn source(self) -> (&'static str, &'static str, bool) {
-        const MATMUL_TILED: &str = include_str!("shaders/matmul_tiled.wgsl");
         const CAST: &str = include_str!("shaders/cast.wgsl");
         match self {
             Which::Fill => ("fill", include_str!("shaders/fill.wgsl"), false),
@@ -88,9 +93,15 @@ impl Which {
             ),
             Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
             Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
-            Which::Matmul32 => ("matmul_32", MATMUL_TILED, false),
-            Which::Matmul64 => ("matmul_64", MATMUL_TILED, false),
+            Which::MatmulCoop => ("matmul_coop", MATMUL_COOP, false),
+            // Generated: `Key::build` asks `blocked::Spec::source`.
+            Which::Blocked => ("matmul_blocked", "", false),
             Which::Attention => ("attention", include_str!("shaders/attention.wgsl"), true),
+            Which::AttentionTiled => (
+                "attention_tiled",
+                include_str!("shaders/attention_tiled.wgsl"),
+                false,
+            ),
             Which::MeanPoolNorm => ("mean_pool", include_str!("shaders/mean_pool.wgsl"), true),
             Which::CastToHalf => ("cast_to_f16", CAST, false),
             Which::CastToSingle => ("cast_to_f32", CAST, false),
@@ -100,8 +111,6 @@ impl Which {
     /// Declarations the body expects in front of it besides the storage type `T`.
     fn constants(self) -> &'static str {
         match self {
-            Which::Matmul32 => "const TM: u32 = 2u;\nconst TN: u32 = 2u;\n",
-            Which::Matmul64 => "const TM: u32 = 4u;\nconst TN: u32 = 4u;\n",
             Which::CastToHalf => "alias S = f32;\nalias D = f16;\n",
             Which::CastToSingle => "alias S = f16;\nalias D = f32;\n",
             _ => "",
@@ -115,14 +124,23 @@ impl Which {
 pub(crate) struct Key {
     pub(crate) which: Which,
     pub(crate) half: bool,
+    /// The tile and layout of a [`Which::Blocked`] kernel; `None` for every other kernel.
+    pub(crate) spec: Option<blocked::Spec>,
 }
 
 impl Key {
-    /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
-    pub(crate) fn build(self, device: &wgpu::Device, name: &str) -> Result<Pipeline> {
+    /// The kernel's label and complete WGSL source.
+    pub(crate) fn wgsl(self) -> (String, String) {
         let (label, body, rows) = self.which.source();
+        let generated = self.spec.map(|s| (s.label(), s.source()));
+        let (label, body) = match &generated {
+            Some((l, b)) => (l.as_str(), b.as_str()),
+            None => (label, body),
+        };
         // `enable` must come before every declaration.
-        let header = if self.half {
+        let header = if self.which == Which::MatmulCoop {
+            "enable f16;\nenable wgpu_cooperative_matrix;\nalias T = f16;\n"
+        } else if self.half {
             "enable f16;\nalias T = f16;\n"
         } else {
             "alias T = f32;\n"
@@ -135,11 +153,36 @@ impl Key {
         } else {
             label.to_string()
         };
+        (label, source)
+    }
+
+    /// Compiles the kernel; a WGSL or pipeline error is returned, not raised on the device.
+    /// `loop_bounding`: keep naga's guard against endless loops (a counter in every loop);
+    /// see [`Shared::loop_bounding`].
+    pub(crate) fn build(
+        self,
+        device: &wgpu::Device,
+        name: &str,
+        loop_bounding: bool,
+    ) -> Result<Pipeline> {
+        let (label, source) = self.wgsl();
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
+        };
+        let module = if loop_bounding {
+            device.create_shader_module(desc)
+        } else {
+            let mut checks = wgpu::ShaderRuntimeChecks::checked();
+            checks.force_loop_bounding = false;
+            // SAFETY: only naga's loop bounding is off (bounds checks stay on), and it guards
+            // against loops that never end, which ours cannot be: every loop of `shaders/`
+            // and of `blocked.rs` counts up by a fixed step to a bound fixed before it starts
+            // (a launch parameter or a constant) or halves a constant down to zero, and the
+            // bounds are element counts of bound buffers (under 2^31), so no counter wraps.
+            unsafe { device.create_shader_module_trusted(desc, checks) }
+        };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&label),
             layout: None,
@@ -159,12 +202,75 @@ impl Key {
     }
 }
 
+/// Every kernel's label and WGSL source as the backend builds it: each kernel in f32 and
+/// f16 storage, the blocked matmul in every tile and layout, the cooperative-matrix matmul.
+/// For checks of the WGSL without a GPU (`tests/wgpu_naga.rs` translates each to SPIR-V
+/// and MSL through naga).
+pub fn all_wgsl() -> Vec<(String, String)> {
+    use blocked::{Layout, Spec};
+    const ALL: [Which; Which::COUNT] = [
+        Which::Fill,
+        Which::Copy,
+        Which::Unary,
+        Which::Binary,
+        Which::Softmax,
+        Which::LayerNorm,
+        Which::BiasAct,
+        Which::IndexSelect,
+        Which::Reduce,
+        Which::Matmul,
+        Which::Blocked,
+        Which::MatmulCoop,
+        Which::Attention,
+        Which::AttentionTiled,
+        Which::MeanPoolNorm,
+        Which::CastToHalf,
+        Which::CastToSingle,
+    ];
+    let mut keys = Vec::new();
+    for which in ALL {
+        let halves: &[bool] = match which {
+            // Casts and the cooperative matmul exist in one storage type each.
+            Which::CastToHalf | Which::CastToSingle | Which::MatmulCoop => &[true],
+            _ => &[false, true],
+        };
+        for &half in halves {
+            if which == Which::Blocked {
+                for bm in [64, 128] {
+                    for bn in [64, 128] {
+                        for bk in [4, 8, 16, 32] {
+                            for layout in [Layout::Generic, Layout::AlongK, Layout::BAlongN] {
+                                let spec = Some(Spec { bm, bn, bk, layout });
+                                keys.push(Key { which, half, spec });
+                            }
+                        }
+                    }
+                }
+            } else {
+                keys.push(Key {
+                    which,
+                    half,
+                    spec: None,
+                });
+            }
+        }
+    }
+    keys.into_iter().map(Key::wgsl).collect()
+}
+
 /// A stream's handles to the device's pipelines: each is fetched from the device's kernel
 /// cache (built there once, on first use by any stream) and then kept here, so later
 /// launches skip the cache's locks.
-#[derive(Default)]
 pub(crate) struct Pipelines {
     slots: [OnceLock<Arc<Pipeline>>; 2 * Which::COUNT],
+}
+
+impl Default for Pipelines {
+    fn default() -> Self {
+        Self {
+            slots: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
 }
 
 impl Pipelines {
@@ -173,11 +279,30 @@ impl Pipelines {
         if let Some(p) = slot.get() {
             return Ok(p.clone());
         }
-        let key = Key { which, half };
-        let p = shared
-            .kernels
-            .get_or_build(key, || key.build(&shared.device, &shared.name))?;
+        let key = Key {
+            which,
+            half,
+            spec: None,
+        };
+        let p = shared.kernels.get_or_build(key, || {
+            key.build(&shared.device, &shared.name, shared.loop_bounding)
+        })?;
         Ok(slot.get_or_init(|| p).clone())
+    }
+}
+
+impl Pipelines {
+    /// A generated blocked matmul: straight from the device's cache (a lock and a lookup;
+    /// the variants are too many for per-stream slots).
+    fn blocked(&self, shared: &Shared, spec: blocked::Spec, half: bool) -> Result<Arc<Pipeline>> {
+        let key = Key {
+            which: Which::Blocked,
+            half,
+            spec: Some(spec),
+        };
+        shared.kernels.get_or_build(key, || {
+            key.build(&shared.device, &shared.name, shared.loop_bounding)
+        })
     }
 }
 
@@ -340,34 +465,92 @@ fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> 
     }
 }
 
-/// The matmul kernel for an output of `batch` x `m` x `n`. On a GPU the 16x16 tile (one
-/// output per invocation): measured through NVIDIA's Vulkan driver it beat the
-/// register-blocked tiles at every shape. On a software adapter (`software`) the
-/// register-blocked tiles where the output fills them, the 16x16 tile for small or thin
-/// outputs. `forced` (16, 32 or 64) overrides.
-fn matmul_kernel(
-    forced: Option<u32>,
-    software: bool,
+/// Which matmul kernel a launch takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MatmulPath {
+    /// The 16x16 tile, one output per invocation: thin or small outputs.
+    Simple,
+    /// A register-blocked `bm x bn` tile with `bk`-deep slices ([`blocked`]).
+    Blocked { bm: u32, bn: u32, bk: u32 },
+    /// 64x64 blocks on cooperative matrices (f16 only, where enabled).
+    Coop,
+}
+
+/// How the device picks matmul kernels ([`WgpuConfig`](super::WgpuConfig)'s `matmul_tile`
+/// and the tuning variables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatmulChoice {
+    /// `Some(16)`: always the 16x16 tile; `Some(64)` / `Some(128)`: always the blocked
+    /// 64x64 / 128x128 tile (tests); `None`: by shape.
+    pub(crate) forced: Option<u32>,
+    /// The blocked tile to take where the shape calls for one (tuning), instead of the
+    /// largest of 128x128, 128x64, 64x64 that gives `groups` workgroups.
+    pub(crate) block: Option<(u32, u32, u32)>,
+    /// Workgroups a blocked launch should give at least before a larger tile is taken.
+    pub(crate) groups: usize,
+    /// The device was opened with cooperative matrices (opt-in, adapter permitting): f16
+    /// matmuls of 64 rows and columns or more take them.
+    pub(crate) coop: bool,
+}
+
+impl Default for MatmulChoice {
+    fn default() -> Self {
+        Self {
+            forced: None,
+            block: None,
+            groups: DEFAULT_GROUPS,
+            coop: false,
+        }
+    }
+}
+
+/// Workgroups a blocked matmul should fill before a larger tile is taken: about two per
+/// multiprocessor of a large GPU (an H100 has 132). Tuned on the H100 through Vulkan
+/// (`bench/results/wgpu-2026-11-24-s7/h100-matmul-sweep.md`): with 256 the automatic
+/// choice is within 11% of the best of the ten tiles swept at each of its shapes (f32).
+pub(crate) const DEFAULT_GROUPS: usize = 256;
+/// Slice depth of the automatic blocked tiles.
+const DEFAULT_BK: u32 = 16;
+
+/// The matmul kernel for an output of `batch` x `m` x `n`: the 16x16 tile for thin outputs
+/// (fewer than 64 rows or columns: batch-1 layers, attention's per-head products), else the
+/// largest blocked tile (128x128, 128x64, 64x64) that still gives `groups` workgroups.
+pub(crate) fn matmul_kernel(
+    c: &MatmulChoice,
+    half: bool,
     batch: usize,
     m: usize,
     n: usize,
-) -> (Which, usize) {
-    match forced {
-        Some(64) => return (Which::Matmul64, 64),
-        Some(32) => return (Which::Matmul32, 32),
-        Some(16) => return (Which::Matmul, 16),
+) -> MatmulPath {
+    if c.coop && half && m >= 64 && n >= 64 && c.forced.is_none() {
+        return MatmulPath::Coop;
+    }
+    match c.forced {
+        Some(16) => return MatmulPath::Simple,
+        Some(t @ (64 | 128)) => {
+            return MatmulPath::Blocked {
+                bm: t,
+                bn: t,
+                bk: DEFAULT_BK,
+            }
+        }
         _ => {}
     }
-    if !software {
-        return (Which::Matmul, 16);
+    if m < 64 || n < 64 {
+        return MatmulPath::Simple;
     }
-    let tiles = |t: usize| batch * m.div_ceil(t) * n.div_ceil(t);
-    if m >= 64 && n >= 64 && tiles(64) >= 16 {
-        (Which::Matmul64, 64)
-    } else if m >= 32 && n >= 32 && tiles(32) >= 16 {
-        (Which::Matmul32, 32)
-    } else {
-        (Which::Matmul, 16)
+    if let Some((bm, bn, bk)) = c.block {
+        return MatmulPath::Blocked { bm, bn, bk };
+    }
+    let groups = |bm: usize, bn: usize| batch * m.div_ceil(bm) * n.div_ceil(bn);
+    let (bm, bn) = [(128, 128), (128, 64), (64, 64)]
+        .into_iter()
+        .find(|&(bm, bn)| groups(bm, bn) >= c.groups)
+        .unwrap_or((64, 64));
+    MatmulPath::Blocked {
+        bm: bm as u32,
+        bn: bn as u32,
+        bk: DEFAULT_BK,
     }
 }
 
@@ -572,17 +755,37 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (ab, ao) = b.at(a.ptr, t)?;
             let (bb, bo) = b.at(rhs.ptr, t)?;
             let (ob, oo) = b.at(*out, t)?;
-            let (which, tile) = matmul_kernel(shared.matmul_tile, shared.software, *batch, *m, *n);
+            let (pipeline, [bm, bn]) = match matmul_kernel(&shared.matmul, half, *batch, *m, *n) {
+                MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
+                MatmulPath::Coop => (k.get(shared, Which::MatmulCoop, half)?, [64, 64]),
+                MatmulPath::Blocked { bm, bn, bk } => {
+                    // The vec4 variants need every offset, stride and extent they step by
+                    // four to be a multiple of four (in elements).
+                    let four = |v: &[usize]| v.iter().all(|x| x.is_multiple_of(4));
+                    let common = a.cs == 1
+                        && four(&[ao as usize, a.rs, a.batch_stride, *kk, *n, oo as usize])
+                        && four(&[bo as usize, rhs.batch_stride]);
+                    let layout = if common && rhs.rs == 1 && rhs.cs != 1 && rhs.cs.is_multiple_of(4)
+                    {
+                        blocked::Layout::AlongK
+                    } else if common && rhs.cs == 1 && rhs.rs.is_multiple_of(4) {
+                        blocked::Layout::BAlongN
+                    } else {
+                        blocked::Layout::Generic
+                    };
+                    let spec = blocked::Spec { bm, bn, bk, layout };
+                    (k.blocked(shared, spec, half)?, [bm as usize, bn as usize])
+                }
+            };
             let tiles = [
-                word(n.div_ceil(tile), "columns")?,
-                word(m.div_ceil(tile), "rows")?,
+                word(n.div_ceil(bn), "columns")?,
+                word(m.div_ceil(bm), "rows")?,
             ];
             if tiles[0] > MAX_GROUPS || tiles[1] > MAX_GROUPS {
                 return Err(Error::InvalidArgument(format!(
                     "wgpu matmul: {m}x{n} output exceeds the dispatch limit"
                 )));
             }
-            let pipeline = k.get(shared, which, half)?;
             // Batches beyond one dispatch's z range go in further dispatches.
             for first in (0..*batch).step_by(MAX_GROUPS as usize) {
                 let count = (*batch - first).min(MAX_GROUPS as usize) as u32;
@@ -807,11 +1010,17 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 word(*head_dim, "head width")?,
             ];
             word(rows, "attention rows")?;
+            let (which, groups) =
+                if shared.attention_tiled && head_dim.is_multiple_of(4) && *head_dim <= 64 {
+                    (Which::AttentionTiled, batch * heads * seq.div_ceil(32))
+                } else {
+                    (Which::Attention, rows)
+                };
             b.dispatch(
-                &k.get(shared, Which::Attention, half)?,
+                &k.get(shared, which, half)?,
                 &params,
                 &[&qb, &mb, &ob],
-                grid(rows)?,
+                grid(groups)?,
             )?;
         }
         Kernel::MeanPoolNorm {

@@ -19,6 +19,7 @@
 //! `STREAMPOOL_WGPU_QUARANTINE=1|0` overrides the default. Both settings are tested
 //! (`tests/wgpu.rs`).
 
+mod blocked;
 pub(crate) mod kernels;
 pub(crate) mod memory;
 pub(crate) mod stream;
@@ -67,13 +68,25 @@ pub struct WgpuConfig {
     /// The quarantine lock (see the module docs).
     pub quarantine: Quarantine,
     /// The matmul kernel: `Some(16)` the 16x16 tile with one output per invocation,
-    /// `Some(32)` or `Some(64)` the register-blocked 32x32 or 64x64 tiles; `None` (unless the
-    /// variable `STREAMPOOL_WGPU_MATMUL_TILE` names one): the 16x16 tile on GPUs, and on
-    /// software adapters the register-blocked tiles where the output fills them. Measured:
-    /// on the H100 through Vulkan the 16x16 tile was 2.5-6x faster than both register-blocked
-    /// tiles at every shape tried (146 vs 905 us at 512^3), on lavapipe 3.5-7.5x slower
-    /// (`bench/results/wgpu-2026-11-23/`). For tests and tuning.
+    /// `Some(64)` or `Some(128)` the register-blocked 64x64 (4x4 outputs per invocation) or
+    /// 128x128 (8x8) tiles; `None` (unless the variable `STREAMPOOL_WGPU_MATMUL_TILE` names
+    /// one): by shape, the 16x16 tile for outputs under 64 rows or columns, else the largest
+    /// blocked tile (128x128, 128x64, 64x64) that still fills the GPU. For tests and tuning;
+    /// the variables `STREAMPOOL_WGPU_MATMUL_BLOCK=BMxBNxBK` (e.g. `128x64x16`) and
+    /// `STREAMPOOL_WGPU_MATMUL_GROUPS` (workgroups a tile must give, default 256) tune the
+    /// automatic choice. [`Device::wgpu_matmul_paths`] says what a device takes.
     pub matmul_tile: Option<u32>,
+    /// The blocked tile `[BM, BN, BK]` the automatic choice takes wherever it takes a
+    /// blocked one (BM and BN 64 or 128, BK 4, 8, 16 or 32); `None`: the variable
+    /// `STREAMPOOL_WGPU_MATMUL_BLOCK` if set, else by shape. For tuning.
+    pub matmul_block: Option<[u32; 3]>,
+    /// Opt in to f16 matmuls on cooperative matrices (wgpu's experimental
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`: Apple's simdgroup matrices, Vulkan's
+    /// `VK_KHR_cooperative_matrix`), taken only where the adapter reports the feature, lists
+    /// 16x16x16 f16 -> f32 products, has `SHADER_F16` and `SUBGROUP` with 32-wide subgroups;
+    /// elsewhere the setting changes nothing. Also `STREAMPOOL_WGPU_COOP_MATRIX=1`.
+    /// `Device::wgpu_cooperative_matrix` says what the adapter offers.
+    pub cooperative_matrix: bool,
 }
 
 impl Default for WgpuConfig {
@@ -84,6 +97,8 @@ impl Default for WgpuConfig {
             allow_software: true,
             quarantine: Quarantine::Auto,
             matmul_tile: None,
+            matmul_block: None,
+            cooperative_matrix: false,
         }
     }
 }
@@ -98,10 +113,21 @@ pub(crate) struct Shared {
     pub(crate) kernels: KernelCache<kernels::Key, kernels::Pipeline>,
     /// Whether the device was opened with `SHADER_F16`: `F16` kernels run, else they are errors.
     pub(crate) shader_f16: bool,
-    /// The matmul tile forced by [`WgpuConfig::matmul_tile`], if any.
-    pub(crate) matmul_tile: Option<u32>,
-    /// A software adapter: unforced matmuls pick the register-blocked tiles by shape.
-    pub(crate) software: bool,
+    /// How matmul kernels are picked.
+    pub(crate) matmul: kernels::MatmulChoice,
+    /// Attention per block of 32 queries where the head width allows (else one workgroup
+    /// per token and head); `STREAMPOOL_WGPU_ATTENTION=token` turns it off, for comparison.
+    pub(crate) attention_tiled: bool,
+    /// Whether kernels keep naga's loop bounding (`STREAMPOOL_WGPU_LOOP_BOUNDS=1`): a counter
+    /// in every loop that ends it after 2^64 iterations. Off by default: our loops all end
+    /// (see `kernels::Key::build`), and the counter costs in the inner loops.
+    pub(crate) loop_bounding: bool,
+    /// What the adapter says of cooperative matrices: whether it has
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`, and its configurations (`MxNxK A/B->C`), for
+    /// `streampool check`.
+    pub(crate) coop_matrix: (bool, Vec<String>),
+    /// Read-back staging buffers kept per stream (`STREAMPOOL_WGPU_KEEP_READBACK=0`: none).
+    pub(crate) keep_readback: bool,
     /// The quarantine lock, when on: held around encoding, finishing and submission only.
     pub(crate) quarantine: Option<Mutex<()>>,
 }
@@ -257,16 +283,43 @@ impl WgpuDevice {
         // Half precision where the adapter has it (WGSL's `enable f16`: f16 arithmetic and
         // 16-bit storage buffers); without it, F16 kernels are errors (see `kernels`).
         let shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
-        let required_features = if shader_f16 {
+        let mut required_features = if shader_f16 {
             wgpu::Features::SHADER_F16
         } else {
             wgpu::Features::empty()
         };
+        // Cooperative matrices: opt-in, and only with everything `shaders/matmul_coop.wgsl`
+        // relies on (see `WgpuConfig::cooperative_matrix`).
+        let coop_wanted = config.cooperative_matrix
+            || std::env::var("STREAMPOOL_WGPU_COOP_MATRIX").as_deref() == Ok("1");
+        let coop_features =
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP;
+        let coop = coop_wanted
+            && shader_f16
+            && adapter.features().contains(coop_features)
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32
+            && adapter.cooperative_matrix_properties().iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && p.ab_type == wgpu::CooperativeScalarType::F16
+                    && p.cr_type == wgpu::CooperativeScalarType::F32
+            });
+        if coop {
+            required_features |= coop_features;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("streampool"),
             required_features,
             // The adapter's own limits: the largest buffers and bindings it allows.
             required_limits: adapter.limits(),
+            // SAFETY: experimental features are only requested with `coop` (an explicit
+            // opt-in); wgpu's token acknowledges that they may have bugs. The one kernel
+            // that uses them is validated by naga in CI (tests/wgpu_coop_naga.rs).
+            experimental_features: if coop {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| Error::Unavailable(format!("wgpu: opening {}: {e}", info.name)))?;
@@ -286,22 +339,65 @@ impl WgpuDevice {
                 _ => info.backend == wgpu::Backend::Metal,
             },
         };
-        let matmul_tile = match config.matmul_tile {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let forced = match config.matmul_tile {
             Some(t) => Some(t),
-            None => match std::env::var("STREAMPOOL_WGPU_MATMUL_TILE") {
-                Ok(v) if !v.is_empty() && v != "auto" => Some(v.parse().map_err(|_| {
+            None => match var("STREAMPOOL_WGPU_MATMUL_TILE") {
+                Some(v) if v != "auto" => Some(v.parse().map_err(|_| {
                     Error::InvalidArgument(format!(
-                        "STREAMPOOL_WGPU_MATMUL_TILE={v:?}: expected 16, 32, 64 or auto"
+                        "STREAMPOOL_WGPU_MATMUL_TILE={v:?}: expected 16, 64, 128 or auto"
                     ))
                 })?),
                 _ => None,
             },
         };
-        if let Some(t) = matmul_tile.filter(|t| ![16, 32, 64].contains(t)) {
+        if let Some(t) = forced.filter(|t| ![16, 64, 128].contains(t)) {
             return Err(Error::InvalidArgument(format!(
-                "wgpu matmul tile {t}: expected 16, 32 or 64"
+                "wgpu matmul tile {t}: expected 16, 64 or 128"
             )));
         }
+        let block = match (config.matmul_block, var("STREAMPOOL_WGPU_MATMUL_BLOCK")) {
+            (Some([bm, bn, bk]), _) if blocked::valid(bm, bn, bk) => Some((bm, bn, bk)),
+            (Some(b), _) => {
+                return Err(Error::InvalidArgument(format!(
+                    "wgpu matmul block {b:?}: BM and BN 64 or 128, BK 4, 8, 16 or 32"
+                )))
+            }
+            (None, Some(v)) => Some(blocked::parse(&v).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "STREAMPOOL_WGPU_MATMUL_BLOCK={v:?}: expected BMxBNxBK, BM and BN 64 or \
+                     128, BK 4, 8, 16 or 32"
+                ))
+            })?),
+            (None, None) => None,
+        };
+        let groups = match var("STREAMPOOL_WGPU_MATMUL_GROUPS") {
+            Some(v) => v.parse().map_err(|_| {
+                Error::InvalidArgument(format!("STREAMPOOL_WGPU_MATMUL_GROUPS={v:?}"))
+            })?,
+            None => kernels::DEFAULT_GROUPS,
+        };
+        let matmul = kernels::MatmulChoice {
+            forced,
+            block,
+            groups,
+            coop,
+        };
+        let coop_matrix = (
+            adapter
+                .features()
+                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+            adapter
+                .cooperative_matrix_properties()
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}x{}x{} {:?}->{:?}",
+                        p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type
+                    )
+                })
+                .collect(),
+        );
         let memory = memory::Memory::new(name.clone(), &device.limits());
         Ok((
             index,
@@ -314,8 +410,11 @@ impl WgpuDevice {
                     kernels: KernelCache::new(),
                     quarantine: quarantine.then(|| Mutex::new(())),
                     shader_f16,
-                    matmul_tile,
-                    software: info.device_type == wgpu::DeviceType::Cpu,
+                    matmul,
+                    attention_tiled: var("STREAMPOOL_WGPU_ATTENTION").as_deref() != Some("token"),
+                    loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
+                    coop_matrix,
+                    keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
                 }),
             },
         ))
@@ -374,6 +473,59 @@ impl Device {
         let dev = Device::wgpu_with(WgpuConfig::default())?;
         *slot = Some(dev.clone());
         Ok(dev)
+    }
+
+    /// Which matmul kernel this wgpu device takes in `dtype` for each of `shapes` (`(batch, m, k, n)`,
+    /// contiguous operands, the right one through `W^T` as the models' linear layers use
+    /// it), as `(shape, path)` lines such as `("2048x384x1152", "blocked 128x64x16, vec4
+    /// along K")`; `None` for a device of another backend. For `streampool check`.
+    pub fn wgpu_matmul_paths(
+        &self,
+        shapes: &[(usize, usize, usize, usize)],
+        dtype: crate::DType,
+    ) -> Option<Vec<(String, String)>> {
+        let dev = self.backend().as_any().downcast_ref::<WgpuDevice>()?;
+        let shared = &dev.shared;
+        let half = dtype == crate::DType::F16;
+        Some(
+            shapes
+                .iter()
+                .map(|&(batch, m, k, n)| {
+                    let shape = if batch == 1 {
+                        format!("{m}x{k}x{n}")
+                    } else {
+                        format!("{batch} x {m}x{k}x{n}")
+                    };
+                    let path = match kernels::matmul_kernel(&shared.matmul, half, batch, m, n) {
+                        kernels::MatmulPath::Simple => "16x16 tile, 1 output per invocation".into(),
+                        kernels::MatmulPath::Coop => {
+                            "cooperative matrices, 64x64 blocks of 16x16x16 f16 products".into()
+                        }
+                        kernels::MatmulPath::Blocked { bm, bn, bk } => {
+                            let vec = if k.is_multiple_of(4) && n.is_multiple_of(4) {
+                                "vec4 along K"
+                            } else {
+                                "scalar loads"
+                            };
+                            format!(
+                                "blocked {bm}x{bn}x{bk}, {}x{} per invocation, {vec}",
+                                bm / 16,
+                                bn / 16
+                            )
+                        }
+                    };
+                    (shape, path)
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether this wgpu device's adapter reports `EXPERIMENTAL_COOPERATIVE_MATRIX`, and the
+    /// cooperative-matrix configurations it lists (`"16x16x16 F16->F32"`); `None` for a
+    /// device of another backend. For `streampool check`.
+    pub fn wgpu_cooperative_matrix(&self) -> Option<(bool, Vec<String>)> {
+        let dev = self.backend().as_any().downcast_ref::<WgpuDevice>()?;
+        Some(dev.shared.coop_matrix.clone())
     }
 
     /// A new, separate wgpu device (own `wgpu::Device`, queue, pool, allocator and kernels).

@@ -99,7 +99,28 @@ pub(crate) struct Core {
     /// First error of an encoding or submission since the last synchronize (per stream, so
     /// one bad call never poisons the device).
     fault: Mutex<Option<String>>,
+    /// Read-back staging buffers kept for reuse (unmapped, idle: a read-back takes one out
+    /// for its whole copy-map-read-unmap, then puts it back). Held only to take or return
+    /// a buffer, never across a GPU wait.
+    readback: Mutex<Vec<wgpu::Buffer>>,
 }
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // The last owner of a core may be an event dropped inside a thread-local destructor,
+        // where wgpu objects must not be torn down (see `SharedRef`): the kept buffers go
+        // to a helper thread. (`get_mut`: no lock, the core is being dropped.)
+        let kept = std::mem::take(self.readback.get_mut());
+        if !kept.is_empty() {
+            super::drop_off_thread(kept);
+        }
+    }
+}
+
+/// Read-back staging buffers are kept up to this size (larger reads get a buffer of their
+/// own), and at most `READBACK_KEEP` of them per stream.
+const READBACK_MAX: u64 = 1 << 20;
+const READBACK_KEEP: usize = 4;
 
 /// A stream of the wgpu backend.
 pub(crate) struct WgpuStream {
@@ -123,6 +144,7 @@ impl WgpuStream {
             shared,
             state: Mutex::new(State::default()),
             fault: Mutex::new(None),
+            readback: Mutex::new(Vec::new()),
         });
         Self {
             inner: Some((core, Pipelines::default())),
@@ -401,7 +423,9 @@ impl BackendStream for WgpuStream {
             )));
         }
         // A staging buffer mapped at creation, copied in stream order by the encoder (a
-        // `Queue::write_buffer` would run before this stream's unsubmitted work).
+        // `Queue::write_buffer` would run before this stream's unsubmitted work; used only
+        // when nothing was unsubmitted, it hung the parallel wgpu suite on the H100 and did
+        // not lower the MLP call floor: bench/results/wgpu-2026-11-24-s7/).
         let staging = shared.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("streampool upload"),
             size,
@@ -437,45 +461,72 @@ impl BackendStream for WgpuStream {
                 buffer.size()
             )));
         }
-        let staging = shared.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("streampool read-back"),
-            size: end - start,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
+        let size = end - start;
+        // A kept staging buffer when one is large enough (a new Vulkan buffer and its memory
+        // cost more than the copy of a small read).
+        let kept = {
+            let mut pool = self.core().readback.lock();
+            let i = pool.iter().position(|b| b.size() >= size);
+            i.map(|i| pool.swap_remove(i))
+        };
+        let staging = kept.unwrap_or_else(|| {
+            shared.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("streampool read-back"),
+                size: if size <= READBACK_MAX {
+                    size.next_power_of_two().max(256)
+                } else {
+                    size
+                },
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
         });
         self.core()
             .encode(|enc| enc.copy_buffer_to_buffer(&buffer, start, &staging, 0, end - start))?;
         self.core().pump(u64::MAX, true)?;
         let sub = self.core().state.lock().last.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        staging.map_async(wgpu::MapMode::Read, ..size, move |r| {
             let _ = tx.send(r);
         });
-        // Waits for this stream's newest submission (the copy), not for the whole queue.
+        // Waits for this stream's newest submission (the copy), not for the whole queue; the
+        // map callback runs inside a poll once the copy is done.
         if let Some(sub) = sub {
             self.core().wait_for(&sub)?;
         }
-        // The map callback runs inside a poll once the copy is done; poll until it has.
+        // The copy is done: a non-blocking poll fires the callback without waiting for other
+        // streams' work; a blocking one only if that did not.
+        let mut block = false;
         let mapped = loop {
-            match rx.try_recv() {
-                Ok(r) => break r,
-                Err(_) => {
-                    shared
-                        .device
-                        .poll(wgpu::PollType::wait_indefinitely())
-                        .map_err(|e| shared.backend_err(format!("mapping: {e}")))?;
-                }
+            if let Ok(r) = rx.try_recv() {
+                break r;
             }
+            let poll = if block {
+                wgpu::PollType::wait_indefinitely()
+            } else {
+                wgpu::PollType::Poll
+            };
+            shared
+                .device
+                .poll(poll)
+                .map_err(|e| shared.backend_err(format!("mapping: {e}")))?;
+            block = true;
         };
         mapped.map_err(|e| shared.backend_err(format!("mapping a read-back buffer: {e}")))?;
         {
             let view = staging
-                .get_mapped_range(..)
+                .get_mapped_range(..size)
                 .map_err(|e| shared.backend_err(format!("reading a read-back buffer: {e}")))?;
             let skip = (offset - start) as usize;
             dst.copy_from_slice(&view[skip..skip + dst.len()]);
         }
         staging.unmap();
+        if shared.keep_readback && staging.size() <= READBACK_MAX {
+            let mut pool = self.core().readback.lock();
+            if pool.len() < READBACK_KEEP {
+                pool.push(staging);
+            }
+        }
         self.take_fault()
     }
 }
