@@ -7,6 +7,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
 use crate::kernel::{Kernel, MatOperand};
 use crate::DType;
 
@@ -50,15 +51,22 @@ unsafe fn load(p: DevicePtr, len: usize, dt: DType) -> Vec<f32> {
     if len == 0 {
         return v;
     }
-    match dt {
-        DType::F16 => {
-            std::slice::from_raw_parts(p.0 as *const f16, len).convert_to_f32_slice(&mut v)
+    let dst = DevicePtr(v.as_mut_ptr() as u64);
+    // Large conversions (a batch's activations) split over the intra-op pool.
+    intra_op::for_ranges(len, 2, |r| {
+        // SAFETY: each range is this task's own piece of `v`; `p` is valid for `len` reads.
+        let out = std::slice::from_raw_parts_mut((dst.0 as *mut f32).add(r.start), r.len());
+        match dt {
+            DType::F16 => std::slice::from_raw_parts((p.0 as *const f16).add(r.start), r.len())
+                .convert_to_f32_slice(out),
+            DType::BF16 => std::slice::from_raw_parts((p.0 as *const bf16).add(r.start), r.len())
+                .convert_to_f32_slice(out),
+            _ => out.copy_from_slice(std::slice::from_raw_parts(
+                (p.0 as *const f32).add(r.start),
+                r.len(),
+            )),
         }
-        DType::BF16 => {
-            std::slice::from_raw_parts(p.0 as *const bf16, len).convert_to_f32_slice(&mut v)
-        }
-        _ => v.copy_from_slice(std::slice::from_raw_parts(p.0 as *const f32, len)),
-    }
+    });
     v
 }
 
@@ -68,14 +76,18 @@ unsafe fn store(v: &[f32], p: DevicePtr, dt: DType) {
     if v.is_empty() {
         return;
     }
-    let n = v.len();
-    match dt {
-        DType::F16 => std::slice::from_raw_parts_mut(p.0 as *mut f16, n).convert_from_f32_slice(v),
-        DType::BF16 => {
-            std::slice::from_raw_parts_mut(p.0 as *mut bf16, n).convert_from_f32_slice(v)
+    intra_op::for_ranges(v.len(), 2, |r| {
+        let (s, n) = (r.start, r.len());
+        // SAFETY: each range is this task's own piece of the output (`p` valid for
+        // `v.len()` writes).
+        match dt {
+            DType::F16 => std::slice::from_raw_parts_mut((p.0 as *mut f16).add(s), n)
+                .convert_from_f32_slice(&v[r]),
+            DType::BF16 => std::slice::from_raw_parts_mut((p.0 as *mut bf16).add(s), n)
+                .convert_from_f32_slice(&v[r]),
+            _ => std::slice::from_raw_parts_mut((p.0 as *mut f32).add(s), n).copy_from_slice(&v[r]),
         }
-        _ => std::slice::from_raw_parts_mut(p.0 as *mut f32, n).copy_from_slice(v),
-    }
+    });
 }
 
 /// Elements a strided view of `shape` spans (0 if empty).
@@ -121,6 +133,25 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
     };
     if dt == DType::F32 {
         return false;
+    }
+    // bf16 products through the host's bf16 instructions where they fit.
+    if let K::Matmul {
+        a,
+        b,
+        bias,
+        act,
+        out,
+        batch,
+        m,
+        n,
+        k,
+        dtype: DType::BF16,
+        ..
+    } = kernel
+    {
+        if super::kernels::bf16::matmul(a, b, *bias, *act, *out, *batch, *m, *n, *k) {
+            return true;
+        }
     }
     let f = DType::F32;
     let mut w = Widened::default();

@@ -5,6 +5,7 @@
 //! ([`simd`]). Half kernels run as their `f32` versions on widened copies ([`super::half`]).
 
 mod attention;
+pub(crate) mod bf16;
 mod elementwise;
 mod epilogue;
 mod gated;

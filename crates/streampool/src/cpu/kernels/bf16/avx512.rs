@@ -1,0 +1,118 @@
+//! The AVX512_BF16 kernel: `vdpbf16ps` over 32 rows (two packed panels, 16 `f32` lanes
+//! each) by 12 output columns, 24 accumulators in registers; each step loads one `k` pair
+//! of both panels and broadcasts one pair of each of the 12 weight rows.
+
+use std::arch::x86_64::*;
+
+use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
+
+use super::{store_transposed, target_tasks, Packed};
+
+/// Output columns per register block.
+const NR: usize = 12;
+
+pub(super) fn available() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+}
+
+/// `c[m, n] = a @ W^T + bias` in `f32` (before the activation), `a` packed in `p`, `W` the
+/// `[n, k]` rows at `w`, `ldw` elements apart.
+///
+/// # Safety
+/// [`available`] holds; `w` is valid for `n` rows of `k = 2 * p.kp` `bf16` at stride `ldw`;
+/// `p` is valid as [`Packed`] describes with `p.panels * 16 >= m`; `c` is valid for
+/// `m * n` writes and owned by this call; `bias` holds `n` values.
+pub(super) unsafe fn product(
+    p: &Packed,
+    w: DevicePtr,
+    ldw: usize,
+    c: DevicePtr,
+    m: usize,
+    n: usize,
+    bias: Option<&[f32]>,
+) {
+    let mblocks = m.div_ceil(32);
+    // Column chunks (whole register blocks) so that there are about target_tasks() tasks.
+    let per_m = target_tasks().div_ceil(mblocks).max(1);
+    let nc = n.div_ceil(per_m).next_multiple_of(NR).max(NR);
+    let nchunks = n.div_ceil(nc);
+    let kp = p.kp;
+    intra_op::for_ranges(mblocks * nchunks, 32 * nc * kp * 2, |r| {
+        for t in r {
+            let (mb, nb) = (t / nchunks, t % nchunks);
+            let rows = (m - mb * 32).min(32);
+            let panels = rows.div_ceil(16);
+            let pa = (p.ptr.0 as *const u16).add(mb * 2 * kp * 32);
+            let mut j = nb * nc;
+            let end = ((nb + 1) * nc).min(n);
+            while j < end {
+                let cols = (end - j).min(NR);
+                let wj = (w.0 as *const u16).add(j * ldw);
+                let cj = (c.0 as *mut f32).add(mb * 32 * n + j);
+                let bj = bias.map(|b| &b[j..j + cols]);
+                // SAFETY: the task owns rows mb*32.. of c; the column block lies inside n and
+                // the panels inside p (both checked above); available() holds.
+                match (panels, cols) {
+                    (2, 9..) => block::<2, NR>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
+                    (1, 9..) => block::<1, NR>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
+                    (2, 5..) => block::<2, 8>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
+                    (1, 5..) => block::<1, 8>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
+                    (2, _) => block::<2, 4>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
+                    _ => block::<1, 4>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
+                }
+                j += cols;
+            }
+        }
+    });
+}
+
+/// One register block: `MP` panels by `cols <= C` columns (weight rows past `cols` are not
+/// read: their broadcasts reuse the last valid row and their sums are dropped).
+///
+/// # Safety
+/// `pa` holds `MP` panels of `kp` pairs; `w` holds `cols` rows of `2 * kp` at stride `ldw`;
+/// `c` is valid for `rows <= 16 * MP` rows of `cols` at stride `ldc`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn block<const MP: usize, const C: usize>(
+    pa: *const u16,
+    kp: usize,
+    w: *const u16,
+    ldw: usize,
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+    bias: Option<&[f32]>,
+) {
+    let mut acc = [[_mm512_setzero_ps(); C]; MP];
+    let mut wrow = [w; C];
+    for (j, r) in wrow.iter_mut().enumerate() {
+        *r = w.add(j.min(cols - 1) * ldw);
+    }
+    for s in 0..kp {
+        let mut av = [_mm512_setzero_si512(); MP];
+        for (q, v) in av.iter_mut().enumerate() {
+            *v = _mm512_loadu_si512(pa.add((q * kp + s) * 32) as *const __m512i);
+        }
+        for j in 0..C {
+            let bv = _mm512_set1_epi32((wrow[j].add(2 * s) as *const i32).read_unaligned());
+            for q in 0..MP {
+                acc[q][j] = _mm512_dpbf16_ps(
+                    acc[q][j],
+                    std::mem::transmute::<__m512i, __m512bh>(av[q]),
+                    std::mem::transmute::<__m512i, __m512bh>(bv),
+                );
+            }
+        }
+    }
+    // tile[j * 32 + i]: column j, row i.
+    let mut tile = [0.0f32; 32 * NR];
+    for j in 0..C {
+        for q in 0..MP {
+            _mm512_storeu_ps(tile.as_mut_ptr().add(j * 32 + q * 16), acc[q][j]);
+        }
+    }
+    store_transposed(&tile, 32, rows, cols, c, ldc, bias);
+}

@@ -1,0 +1,301 @@
+//! `bf16` matrix products on x86 hosts that have `bf16` arithmetic (#24): the opt-in half
+//! dtype of the CPU device (`--dtype bf16`), `f32` accumulation.
+//!
+//! | path | hardware | instruction | what it computes per step |
+//! |---|---|---|---|
+//! | [`Bf16Path::Amx`] | Sapphire Rapids and later (AMX-BF16) | `tdpbf16ps` | a 16 x 16 `f32` tile += 16 x 32 times 32 x 16 `bf16` |
+//! | [`Bf16Path::Avx512Bf16`] | Cooper Lake, Sapphire Rapids, Zen 4 and later (AVX512_BF16) | `vdpbf16ps` | 16 `f32` lanes += pairs of `bf16` products |
+//! | [`Bf16Path::Portable`] | any | `f32` `gemm` on widened copies | the `f32` product of the rounded inputs |
+//!
+//! Both hardware paths read the weight `W` (the `[n, k]` row-major matrix of a `Linear`,
+//! seen by the product as `b = W^T` with unit stride along `k`) where it lies: a pair of
+//! neighbours along `k` is the 32-bit operand that `vdpbf16ps` broadcasts, and 16 rows of 32
+//! neighbours are one AMX tile. So the weight needs no repacking: it is converted to `bf16`
+//! once, when the model loads, and that layout is the packed one. The activations are packed
+//! per call (each product computes `out^T = W a^T`): panels of 16 rows whose `k` pairs are
+//! interleaved, `[panel][k / 2][16][2]`, which is both the vector operand of `vdpbf16ps` and
+//! the VNNI layout of an AMX `B` tile. Each tile of the output is turned back on a small
+//! buffer, the bias added in `f32`, then the activation and the one rounding to `bf16`.
+//!
+//! The path is chosen once per process: the best the host has, or `STREAMPOOL_CPU_BF16=amx`,
+//! `avx512` or `portable` (a path the host lacks falls back to the best it has). Products
+//! whose layout does not fit (an odd `k`, operands not unit-strided along `k`) take the
+//! portable path.
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod amx;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+use std::sync::OnceLock;
+
+use half::bf16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
+use crate::kernel::{Activation, MatOperand};
+
+/// The environment variable that forces a `bf16` matmul path.
+pub const CPU_BF16_ENV: &str = "STREAMPOOL_CPU_BF16";
+
+/// How the CPU multiplies `bf16` matrices (see the module table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Path {
+    /// AMX tiles (`tdpbf16ps`).
+    Amx,
+    /// AVX-512 `vdpbf16ps`.
+    Avx512Bf16,
+    /// `f32` `gemm` on widened copies.
+    Portable,
+}
+
+impl Bf16Path {
+    /// The name `STREAMPOOL_CPU_BF16` takes and the bench prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bf16Path::Amx => "amx",
+            Bf16Path::Avx512Bf16 => "avx512",
+            Bf16Path::Portable => "portable",
+        }
+    }
+
+    /// Whether this host can run the path (AMX also needs the kernel's permission, asked
+    /// for once).
+    pub fn available(self) -> bool {
+        match self {
+            #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+            Bf16Path::Amx => amx::available(),
+            #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+            Bf16Path::Amx => false,
+            #[cfg(target_arch = "x86_64")]
+            Bf16Path::Avx512Bf16 => avx512::available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Bf16Path::Avx512Bf16 => false,
+            Bf16Path::Portable => true,
+        }
+    }
+}
+
+/// The path `bf16` products take in this process: `STREAMPOOL_CPU_BF16` if it names one the
+/// host has, else the best the host has.
+pub fn cpu_bf16_path() -> Bf16Path {
+    static PATH: OnceLock<Bf16Path> = OnceLock::new();
+    *PATH.get_or_init(|| {
+        let best = [Bf16Path::Amx, Bf16Path::Avx512Bf16]
+            .into_iter()
+            .find(|p| p.available())
+            .unwrap_or(Bf16Path::Portable);
+        let asked = std::env::var(CPU_BF16_ENV).ok();
+        let forced = match asked.as_deref().map(str::trim) {
+            Some("amx") => Some(Bf16Path::Amx),
+            Some("avx512") => Some(Bf16Path::Avx512Bf16),
+            Some("portable") => Some(Bf16Path::Portable),
+            Some("") | Some("auto") | None => None,
+            Some(other) => {
+                tracing::warn!(
+                    "{CPU_BF16_ENV}={other:?}: expected amx, avx512, portable or auto; using {}",
+                    best.name()
+                );
+                None
+            }
+        };
+        match forced {
+            Some(p) if p.available() => p,
+            Some(p) => {
+                tracing::warn!(
+                    "{CPU_BF16_ENV}={}: not available on this host; using {}",
+                    p.name(),
+                    best.name()
+                );
+                best
+            }
+            None => best,
+        }
+    })
+}
+
+/// `Kernel::Matmul` in `bf16` through the process's path ([`cpu_bf16_path`]); `false` (and
+/// nothing written) when that path is the portable one or the layout does not fit, for the
+/// caller to run the widened `f32` product.
+///
+/// # Safety
+/// As [`super::matmul::matmul`], with `bf16` elements: operands valid for `[batch, m, k]` and
+/// `[batch, k, n]` under their strides, `bias` for `n` reads, `out` for `batch * m * n`
+/// writes, aliasing neither input.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn matmul(
+    a: &MatOperand,
+    b: &MatOperand,
+    bias: Option<DevicePtr>,
+    act: Activation,
+    out: DevicePtr,
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> bool {
+    matmul_on(cpu_bf16_path(), a, b, bias, act, out, batch, m, n, k)
+}
+
+/// [`matmul`] through a given path (tests run each one the host has).
+///
+/// # Safety
+/// As [`matmul`]; `path` is available on this host.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn matmul_on(
+    path: Bf16Path,
+    a: &MatOperand,
+    b: &MatOperand,
+    bias: Option<DevicePtr>,
+    act: Activation,
+    out: DevicePtr,
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> bool {
+    // Pairs along k are read as one 32-bit word from both operands: unit stride along k, an
+    // even k (an odd one would read past a weight row), and products worth the packing.
+    if cfg!(not(target_arch = "x86_64"))
+        || path == Bf16Path::Portable
+        || a.cs != 1
+        || b.rs != 1
+        || k % 2 != 0
+        || k == 0
+    {
+        return false;
+    }
+    if batch == 0 || m == 0 || n == 0 {
+        return true;
+    }
+    let use_amx = path == Bf16Path::Amx && amx_fits(n, k);
+    let bias: Option<Vec<f32>> = bias.map(|p| {
+        let mut v = vec![0.0f32; n];
+        std::slice::from_raw_parts(p.0 as *const bf16, n).convert_to_f32_slice(&mut v);
+        v
+    });
+    let bias = bias.as_deref();
+    // f32 results of the whole product, then the activation and the rounding in one pass.
+    let mut acc = vec![0.0f32; batch * m * n];
+    let panels = m.div_ceil(16).next_multiple_of(2);
+    let kp = k / 2;
+    let mut packed = vec![0u16; panels * kp * 32];
+    for bi in 0..batch {
+        pack_rows(a, bi, m, k, &mut packed);
+        let w = DevicePtr(b.ptr.0 + (bi * b.batch_stride * 2) as u64);
+        let c = DevicePtr(acc.as_mut_ptr().add(bi * m * n) as u64);
+        let p = Packed {
+            ptr: DevicePtr(packed.as_ptr() as u64),
+            kp,
+        };
+        // SAFETY: the path is available (the caller's contract), `packed` holds the
+        // padded panels of a[bi], and `acc[bi]` is this product's own `m x n`.
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        if use_amx {
+            amx::product(&p, w, b.cs, c, m, n, bias);
+            continue;
+        }
+        #[cfg(target_arch = "x86_64")]
+        avx512::product(&p, w, b.cs, c, m, n, bias);
+    }
+    let out_ptr = out;
+    let acc_ptr = DevicePtr(acc.as_mut_ptr() as u64);
+    intra_op::for_ranges(batch * m, n * 4, |r| {
+        let (start, len) = (r.start * n, r.len() * n);
+        // SAFETY: each range is this task's own rows of `acc` and of `out` (valid for
+        // `batch * m * n` elements by the caller's contract).
+        let v = std::slice::from_raw_parts_mut((acc_ptr.0 as *mut f32).add(start), len);
+        if act != Activation::Identity {
+            v.iter_mut()
+                .for_each(|x| *x = super::epilogue::activate(act, *x));
+        }
+        std::slice::from_raw_parts_mut((out_ptr.0 as *mut bf16).add(start), len)
+            .convert_from_f32_slice(v);
+    });
+    true
+}
+
+/// The AMX kernel works on blocks of 32 output columns and steps of 32 along `k`; other
+/// shapes take the AVX-512 kernel.
+fn amx_fits(n: usize, k: usize) -> bool {
+    n % 32 == 0 && k % 32 == 0
+}
+
+/// The activations of one product, packed: panels of 16 rows (rows past `m` are zero, and
+/// there is an even number of panels), each `kp` pairs of 16 rows x 2 `bf16`.
+pub(crate) struct Packed {
+    pub(crate) ptr: DevicePtr,
+    pub(crate) kp: usize,
+}
+
+/// Packs `a[bi]` (`m x k`, unit stride along `k`) into `packed` (see [`Packed`]), panels in
+/// parallel.
+///
+/// # Safety
+/// `a` is valid for `[batch, m, k]` reads of `bf16` under its strides; `packed` holds
+/// `panels * k / 2 * 32` elements.
+unsafe fn pack_rows(a: &MatOperand, bi: usize, m: usize, k: usize, packed: &mut [u16]) {
+    let kp = k / 2;
+    let panel_len = kp * 32;
+    let base = a.ptr;
+    let dst = DevicePtr(packed.as_mut_ptr() as u64);
+    let panels = packed.len() / panel_len;
+    intra_op::for_ranges(panels, panel_len, |r| {
+        for q in r {
+            // SAFETY: panel `q` is this task's own slice of `packed`.
+            let pan =
+                std::slice::from_raw_parts_mut((dst.0 as *mut u16).add(q * panel_len), panel_len);
+            for l in 0..16 {
+                let i = q * 16 + l;
+                if i >= m {
+                    for p in 0..kp {
+                        pan[p * 32 + l * 2] = 0;
+                        pan[p * 32 + l * 2 + 1] = 0;
+                    }
+                    continue;
+                }
+                // SAFETY: row i < m of a[bi] spans k elements at unit stride.
+                let row = std::slice::from_raw_parts(
+                    (base.0 as *const u16).add(bi * a.batch_stride + i * a.rs),
+                    k,
+                );
+                for p in 0..kp {
+                    pan[p * 32 + l * 2] = row[2 * p];
+                    pan[p * 32 + l * 2 + 1] = row[2 * p + 1];
+                }
+            }
+        }
+    });
+}
+
+/// Adds a kernel's transposed tile to `out`: `tile[j * ld + i]` holds output row `i`,
+/// column `j`, for `rows` x `cols` of them, plus `bias[j]`.
+///
+/// # Safety
+/// `out` is valid for `rows` rows of `cols` writes at stride `ldo`, owned by this task.
+#[inline(always)]
+pub(crate) unsafe fn store_transposed(
+    tile: &[f32],
+    ld: usize,
+    rows: usize,
+    cols: usize,
+    out: *mut f32,
+    ldo: usize,
+    bias: Option<&[f32]>,
+) {
+    for i in 0..rows {
+        let o = std::slice::from_raw_parts_mut(out.add(i * ldo), cols);
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = tile[j * ld + i] + bias.map_or(0.0, |b| b[j]);
+        }
+    }
+}
+
+/// Tasks for the pool: about four per thread.
+pub(crate) fn target_tasks() -> usize {
+    4 * intra_op::pool().map_or(1, |p| p.current_num_threads())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+//! Each `bf16` path the host has against a `f64` product of the same `bf16` inputs; CI's x86
+//! hosts with AVX512_BF16 run the vector kernel, hosts with AMX the tile kernel, and every
+//! host the portable refusal (the caller's widened `f32` product is tested with the other
+//! half kernels).
+
+use half::bf16;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::kernel::{Activation, MatOperand};
+
+fn paths() -> Vec<Bf16Path> {
+    [Bf16Path::Amx, Bf16Path::Avx512Bf16]
+        .into_iter()
+        .filter(|p| p.available())
+        .collect()
+}
+
+fn rand_bf16(rng: &mut rand::rngs::StdRng, len: usize) -> Vec<bf16> {
+    (0..len)
+        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
+        .collect()
+}
+
+/// Runs `batch x [m, k] @ W^T (+ bias, act)` with `W` as `[n, k]` rows (`b` strides rs 1,
+/// cs `ldw`), `a` rows `lda` apart, through `path`, and checks every element against `f64`.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    path: Bf16Path,
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    lda: usize,
+    ldw: usize,
+    act: Activation,
+    with_bias: bool,
+    seed: u64,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let a = rand_bf16(&mut rng, batch * m * lda);
+    let w = rand_bf16(&mut rng, batch * n * ldw);
+    let bias = rand_bf16(&mut rng, n);
+    // Poisoned output: every element must be written.
+    let mut out = vec![bf16::NAN; batch * m * n];
+    let ao = MatOperand {
+        ptr: DevicePtr(a.as_ptr() as u64),
+        batch_stride: m * lda,
+        rs: lda,
+        cs: 1,
+    };
+    let bo = MatOperand {
+        ptr: DevicePtr(w.as_ptr() as u64),
+        batch_stride: n * ldw,
+        rs: 1,
+        cs: ldw,
+    };
+    let bias_ptr = with_bias.then(|| DevicePtr(bias.as_ptr() as u64));
+    // SAFETY: the buffers above hold exactly the extents the operands describe.
+    let ran = unsafe {
+        matmul_on(
+            path,
+            &ao,
+            &bo,
+            bias_ptr,
+            act,
+            DevicePtr(out.as_mut_ptr() as u64),
+            batch,
+            m,
+            n,
+            k,
+        )
+    };
+    assert!(ran, "{path:?} refused {batch}x{m}x{n}x{k}");
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let (mut r, mut mag) = (0.0f64, 0.0f64);
+                for kk in 0..k {
+                    let x = f64::from(a[bi * m * lda + i * lda + kk].to_f32());
+                    let y = f64::from(w[bi * n * ldw + j * ldw + kk].to_f32());
+                    r += x * y;
+                    mag += (x * y).abs();
+                }
+                if with_bias {
+                    r += f64::from(bias[j].to_f32());
+                    mag += f64::from(bias[j].to_f32()).abs();
+                }
+                let r = f64::from(super::super::epilogue::activate(act, r as f32));
+                let o = f64::from(out[bi * m * n + i * n + j].to_f32());
+                // f32 accumulation, then one rounding to bf16 (8 bits of mantissa).
+                let tol = r.abs() / 256.0 + 1e-5 * mag + 1e-6;
+                assert!(
+                    (o - r).abs() <= tol,
+                    "{path:?} {batch}x{m}x{n}x{k} [{bi},{i},{j}]: {o} vs {r} (tol {tol})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_available_path_matches_f64_across_shapes() {
+    let shapes = [
+        // (batch, m, n, k): edges of the 32-row, 12- and 32-column and 32-deep blocks.
+        (1, 1, 12, 2),
+        (1, 5, 13, 34),
+        (1, 17, 32, 32),
+        (1, 32, 64, 64),
+        (1, 33, 100, 96),
+        (2, 70, 96, 128),
+        (1, 64, 384, 384),
+    ];
+    for path in paths() {
+        for (s, &(batch, m, n, k)) in shapes.iter().enumerate() {
+            check(
+                path,
+                batch,
+                m,
+                n,
+                k,
+                k,
+                k,
+                Activation::Identity,
+                false,
+                s as u64,
+            );
+            check(
+                path,
+                batch,
+                m,
+                n,
+                k,
+                k + 6,
+                k + 2,
+                Activation::GeluTanh,
+                true,
+                100 + s as u64,
+            );
+        }
+    }
+}
+
+#[test]
+fn layouts_the_kernels_cannot_read_are_left_to_the_portable_product() {
+    let a = [bf16::ONE; 12];
+    let mut out = [bf16::NAN; 4];
+    let op = |cs, rs| MatOperand {
+        ptr: DevicePtr(a.as_ptr() as u64),
+        batch_stride: 0,
+        rs,
+        cs,
+    };
+    let o = DevicePtr(out.as_mut_ptr() as u64);
+    for path in paths().into_iter().chain([Bf16Path::Portable]) {
+        // SAFETY: every call below is refused before reading or writing anything.
+        unsafe {
+            // Odd k, a not unit-strided along k, b not unit-strided along k, the portable path.
+            assert!(!matmul_on(
+                path,
+                &op(1, 3),
+                &op(2, 1),
+                None,
+                Activation::Identity,
+                o,
+                1,
+                2,
+                2,
+                3
+            ));
+            assert!(!matmul_on(
+                path,
+                &op(2, 1),
+                &op(2, 1),
+                None,
+                Activation::Identity,
+                o,
+                1,
+                2,
+                2,
+                2
+            ));
+            assert!(!matmul_on(
+                path,
+                &op(1, 2),
+                &op(1, 2),
+                None,
+                Activation::Identity,
+                o,
+                1,
+                2,
+                2,
+                2
+            ));
+        }
+    }
+    assert!(
+        out.iter().all(|v| v.is_nan()),
+        "a refused product wrote its output"
+    );
+    // SAFETY: as above.
+    assert!(!unsafe {
+        matmul_on(
+            Bf16Path::Portable,
+            &op(1, 2),
+            &op(2, 1),
+            None,
+            Activation::Identity,
+            o,
+            1,
+            2,
+            2,
+            2,
+        )
+    });
+}
+
+#[test]
+fn the_process_path_is_one_the_host_has() {
+    let p = cpu_bf16_path();
+    assert!(p.available(), "{p:?}");
+    if std::env::var(CPU_BF16_ENV).is_err() {
+        // Unforced, it is the best the host has.
+        let best = paths().first().copied().unwrap_or(Bf16Path::Portable);
+        assert_eq!(p, best);
+    }
+}
