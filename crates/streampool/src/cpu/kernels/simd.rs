@@ -133,6 +133,17 @@ pub(crate) fn erf(x: f32) -> f32 {
     }
 }
 
+/// GELU in its tanh form, `0.5 x (1 + tanh(u)) = x / (1 + e^(-2u))` with `u = sqrt(2/pi) (x +
+/// 0.044715 x^3)`, through the vectorizable [`exp`]: a few `f32` ulp from the `f64` form of
+/// `epilogue::gelu_tanh`, for the `bf16` products' epilogue (whose result is rounded to 8
+/// bits).
+#[inline(always)]
+pub(crate) fn gelu_tanh_fast(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // sqrt(2 / pi)
+    let u = K * (x + 0.044_715 * x * x * x);
+    x / (1.0 + exp(-2.0 * u))
+}
+
 /// GELU in its exact (erf) form, as BERT uses it, with the vectorizable [`erf`].
 #[inline(always)]
 pub(crate) fn gelu(x: f32) -> f32 {

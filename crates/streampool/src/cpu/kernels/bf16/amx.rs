@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 
-use super::{store_transposed, target_tasks, Packed};
+use super::{store_tile, target_tasks, Epilogue, Packed};
 
 /// `arch_prctl` request to be allowed an extended state component, and AMX tile data's one.
 const ARCH_REQ_XCOMP_PERM: libc::c_ulong = 0x1023;
@@ -67,7 +67,7 @@ pub(super) unsafe fn product(
     c: DevicePtr,
     m: usize,
     n: usize,
-    bias: Option<&[f32]>,
+    epi: &Epilogue,
 ) {
     let mblocks = m.div_ceil(32);
     let nblocks = n / 32;
@@ -90,26 +90,10 @@ pub(super) unsafe fn product(
                 // SAFETY: the weight rows j..j+32 and the two panels of this row block are
                 // in bounds (n % 32 == 0, panels even), and `tile` holds four 16 x 16 tiles.
                 block(pa, kp, (w.0 as *const u16).add(j * ldw), ldw, &mut tile);
-                let cj = (c.0 as *mut f32).add(mb * 32 * n + j);
-                // Tile 2 * wt + at holds weight rows wt*16.. (columns) by activation rows
-                // at*16.. (rows), as tile[col * 16 + row].
-                for wt in 0..2 {
-                    for at in 0..2 {
-                        let r0 = at * 16;
-                        if r0 >= rows {
-                            continue;
-                        }
-                        store_transposed(
-                            &tile[(2 * wt + at) * 256..],
-                            16,
-                            (rows - r0).min(16),
-                            16,
-                            cj.add(r0 * n + wt * 16),
-                            n,
-                            bias.map(|b| &b[j + wt * 16..j + wt * 16 + 16]),
-                        );
-                    }
-                }
+                let cj = (c.0 as *mut u16).add(mb * 32 * n + j);
+                // SAFETY: the task owns rows mb*32.. of `c` (valid for m x n), and the
+                // block's 32 columns lie inside n.
+                store_block(&tile, rows, cj, n, epi, j);
             }
         }
         // SAFETY: releases this thread's tile state configured above.
@@ -163,4 +147,41 @@ unsafe fn block(pa: *const u16, kp: usize, w: *const u16, ldw: usize, out: &mut 
         s64 = in(reg) 64usize,
         options(nostack),
     );
+}
+
+/// The four tiles of a block through the epilogue: tile `2 * wt + at` holds weight rows
+/// `wt * 16..` (output columns) by activation rows `at * 16..` (output rows), as
+/// `tile[col * 16 + row]`. AVX-512 is there wherever AMX is ([`available`] checks it), so
+/// the epilogue's loops vectorize for it.
+///
+/// # Safety
+/// `c` is valid for `rows` rows of 32 `bf16` at stride `ldc`; `epi`'s bias holds columns
+/// `j0..j0 + 32`; AVX-512F is available.
+#[target_feature(enable = "avx512f")]
+unsafe fn store_block(
+    tile: &[f32; 1024],
+    rows: usize,
+    c: *mut u16,
+    ldc: usize,
+    epi: &Epilogue,
+    j0: usize,
+) {
+    for wt in 0..2 {
+        for at in 0..2 {
+            let r0 = at * 16;
+            if r0 >= rows {
+                continue;
+            }
+            store_tile(
+                &tile[(2 * wt + at) * 256..],
+                16,
+                (rows - r0).min(16),
+                16,
+                c.add(r0 * ldc + wt * 16),
+                ldc,
+                epi,
+                j0 + wt * 16,
+            );
+        }
+    }
 }

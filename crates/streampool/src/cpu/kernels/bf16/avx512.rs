@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 
-use super::{store_transposed, target_tasks, Packed};
+use super::{store_tile, target_tasks, Epilogue, Packed};
 
 /// Output columns per register block.
 const NR: usize = 12;
@@ -16,13 +16,13 @@ pub(super) fn available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
 }
 
-/// `c[m, n] = a @ W^T + bias` in `f32` (before the activation), `a` packed in `p`, `W` the
-/// `[n, k]` rows at `w`, `ldw` elements apart.
+/// `c[m, n] = act(a @ W^T + bias)` in `bf16` (`f32` until the rounding), `a` packed in `p`,
+/// `W` the `[n, k]` rows at `w`, `ldw` elements apart.
 ///
 /// # Safety
 /// [`available`] holds; `w` is valid for `n` rows of `k = 2 * p.kp` `bf16` at stride `ldw`;
-/// `p` is valid as [`Packed`] describes with `p.panels * 16 >= m`; `c` is valid for
-/// `m * n` writes and owned by this call; `bias` holds `n` values.
+/// `p` is valid as [`Packed`] describes with at least `m` rows; `c` is valid for `m * n`
+/// `bf16` writes and owned by this call; `epi.bias` holds `n` values.
 pub(super) unsafe fn product(
     p: &Packed,
     w: DevicePtr,
@@ -30,7 +30,7 @@ pub(super) unsafe fn product(
     c: DevicePtr,
     m: usize,
     n: usize,
-    bias: Option<&[f32]>,
+    epi: &Epilogue,
 ) {
     let mblocks = m.div_ceil(32);
     // Column chunks (whole register blocks) so that there are about target_tasks() tasks.
@@ -49,17 +49,16 @@ pub(super) unsafe fn product(
             while j < end {
                 let cols = (end - j).min(NR);
                 let wj = (w.0 as *const u16).add(j * ldw);
-                let cj = (c.0 as *mut f32).add(mb * 32 * n + j);
-                let bj = bias.map(|b| &b[j..j + cols]);
+                let cj = (c.0 as *mut u16).add(mb * 32 * n + j);
                 // SAFETY: the task owns rows mb*32.. of c; the column block lies inside n and
                 // the panels inside p (both checked above); available() holds.
                 match (panels, cols) {
-                    (2, 9..) => block::<2, NR>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
-                    (1, 9..) => block::<1, NR>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
-                    (2, 5..) => block::<2, 8>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
-                    (1, 5..) => block::<1, 8>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
-                    (2, _) => block::<2, 4>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
-                    _ => block::<1, 4>(pa, kp, wj, ldw, cj, n, rows, cols, bj),
+                    (2, 9..) => block::<2, NR>(pa, kp, wj, ldw, cj, n, rows, cols, epi, j),
+                    (1, 9..) => block::<1, NR>(pa, kp, wj, ldw, cj, n, rows, cols, epi, j),
+                    (2, 5..) => block::<2, 8>(pa, kp, wj, ldw, cj, n, rows, cols, epi, j),
+                    (1, 5..) => block::<1, 8>(pa, kp, wj, ldw, cj, n, rows, cols, epi, j),
+                    (2, _) => block::<2, 4>(pa, kp, wj, ldw, cj, n, rows, cols, epi, j),
+                    _ => block::<1, 4>(pa, kp, wj, ldw, cj, n, rows, cols, epi, j),
                 }
                 j += cols;
             }
@@ -72,7 +71,8 @@ pub(super) unsafe fn product(
 ///
 /// # Safety
 /// `pa` holds `MP` panels of `kp` pairs; `w` holds `cols` rows of `2 * kp` at stride `ldw`;
-/// `c` is valid for `rows <= 16 * MP` rows of `cols` at stride `ldc`.
+/// `c` is valid for `rows <= 16 * MP` rows of `cols` `bf16` at stride `ldc`; `epi`'s bias
+/// holds columns `j0..j0 + cols`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn block<const MP: usize, const C: usize>(
@@ -80,11 +80,12 @@ unsafe fn block<const MP: usize, const C: usize>(
     kp: usize,
     w: *const u16,
     ldw: usize,
-    c: *mut f32,
+    c: *mut u16,
     ldc: usize,
     rows: usize,
     cols: usize,
-    bias: Option<&[f32]>,
+    epi: &Epilogue,
+    j0: usize,
 ) {
     let mut acc = [[_mm512_setzero_ps(); C]; MP];
     let mut wrow = [w; C];
@@ -114,5 +115,5 @@ unsafe fn block<const MP: usize, const C: usize>(
             _mm512_storeu_ps(tile.as_mut_ptr().add(j * 32 + q * 16), acc[q][j]);
         }
     }
-    store_transposed(&tile, 32, rows, cols, c, ldc, bias);
+    store_tile(&tile, 32, rows, cols, c, ldc, epi, j0);
 }

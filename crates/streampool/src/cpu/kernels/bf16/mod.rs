@@ -175,44 +175,31 @@ pub(crate) unsafe fn matmul_on(
         std::slice::from_raw_parts(p.0 as *const bf16, n).convert_to_f32_slice(&mut v);
         v
     });
-    let bias = bias.as_deref();
-    // f32 results of the whole product, then the activation and the rounding in one pass.
-    let mut acc = vec![0.0f32; batch * m * n];
+    let epi = Epilogue {
+        bias: bias.as_deref(),
+        act,
+    };
     let panels = m.div_ceil(16).next_multiple_of(2);
     let kp = k / 2;
     let mut packed = vec![0u16; panels * kp * 32];
     for bi in 0..batch {
         pack_rows(a, bi, m, k, &mut packed);
         let w = DevicePtr(b.ptr.0 + (bi * b.batch_stride * 2) as u64);
-        let c = DevicePtr(acc.as_mut_ptr().add(bi * m * n) as u64);
+        let c = DevicePtr(out.0 + (bi * m * n * 2) as u64);
         let p = Packed {
             ptr: DevicePtr(packed.as_ptr() as u64),
             kp,
         };
         // SAFETY: the path is available (the caller's contract), `packed` holds the
-        // padded panels of a[bi], and `acc[bi]` is this product's own `m x n`.
+        // padded panels of a[bi], and `out[bi]` is this product's own `m x n`.
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         if use_amx {
-            amx::product(&p, w, b.cs, c, m, n, bias);
+            amx::product(&p, w, b.cs, c, m, n, &epi);
             continue;
         }
         #[cfg(target_arch = "x86_64")]
-        avx512::product(&p, w, b.cs, c, m, n, bias);
+        avx512::product(&p, w, b.cs, c, m, n, &epi);
     }
-    let out_ptr = out;
-    let acc_ptr = DevicePtr(acc.as_mut_ptr() as u64);
-    intra_op::for_ranges(batch * m, n * 4, |r| {
-        let (start, len) = (r.start * n, r.len() * n);
-        // SAFETY: each range is this task's own rows of `acc` and of `out` (valid for
-        // `batch * m * n` elements by the caller's contract).
-        let v = std::slice::from_raw_parts_mut((acc_ptr.0 as *mut f32).add(start), len);
-        if act != Activation::Identity {
-            v.iter_mut()
-                .for_each(|x| *x = super::epilogue::activate(act, *x));
-        }
-        std::slice::from_raw_parts_mut((out_ptr.0 as *mut bf16).add(start), len)
-            .convert_from_f32_slice(v);
-    });
     true
 }
 
@@ -269,26 +256,67 @@ unsafe fn pack_rows(a: &MatOperand, bi: usize, m: usize, k: usize, packed: &mut 
     });
 }
 
-/// Adds a kernel's transposed tile to `out`: `tile[j * ld + i]` holds output row `i`,
-/// column `j`, for `rows` x `cols` of them, plus `bias[j]`.
+/// What follows the product, per output element: `act(acc + bias[j])`, rounded to `bf16`.
+pub(crate) struct Epilogue<'a> {
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) act: Activation,
+}
+
+/// Writes a kernel's transposed tile to `out` through the epilogue: `tile[j * ld + i]` holds
+/// output row `i`, column `j` (`rows <= 32`, `cols <= 32`); `bias` starts at column `j0`.
+/// Inlined into the kernels' `target_feature` functions, so the loops vectorize for them.
 ///
 /// # Safety
-/// `out` is valid for `rows` rows of `cols` writes at stride `ldo`, owned by this task.
+/// `out` is valid for `rows` rows of `cols` `bf16` writes at stride `ldo`, owned by this
+/// task; `epi.bias` (if any) holds columns `j0..j0 + cols`.
 #[inline(always)]
-pub(crate) unsafe fn store_transposed(
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn store_tile(
     tile: &[f32],
     ld: usize,
     rows: usize,
     cols: usize,
-    out: *mut f32,
+    out: *mut u16,
     ldo: usize,
-    bias: Option<&[f32]>,
+    epi: &Epilogue,
+    j0: usize,
 ) {
+    let mut row = [0.0f32; 32];
+    let row = &mut row[..cols];
     for i in 0..rows {
-        let o = std::slice::from_raw_parts_mut(out.add(i * ldo), cols);
-        for (j, v) in o.iter_mut().enumerate() {
-            *v = tile[j * ld + i] + bias.map_or(0.0, |b| b[j]);
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = tile[j * ld + i];
         }
+        if let Some(b) = epi.bias {
+            for (v, b) in row.iter_mut().zip(&b[j0..j0 + cols]) {
+                *v += b;
+            }
+        }
+        match epi.act {
+            Activation::Identity => {}
+            Activation::Relu => row.iter_mut().for_each(|v| *v = v.max(0.0)),
+            Activation::Gelu => row.iter_mut().for_each(|v| *v = super::simd::gelu(*v)),
+            Activation::GeluTanh => row
+                .iter_mut()
+                .for_each(|v| *v = super::simd::gelu_tanh_fast(*v)),
+        }
+        let o = std::slice::from_raw_parts_mut(out.add(i * ldo), cols);
+        for (o, v) in o.iter_mut().zip(row.iter()) {
+            *o = to_bf16(*v);
+        }
+    }
+}
+
+/// `x` rounded to the nearest `bf16` (ties to even), as bits; NaN stays NaN. Branch-free,
+/// so the loops above vectorize.
+#[inline(always)]
+fn to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+    if x.is_nan() {
+        0x7fc0
+    } else {
+        rounded
     }
 }
 
