@@ -153,6 +153,17 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             return true;
         }
     }
+    run_widened(kernel, dt);
+    true
+}
+
+/// Runs a half `kernel` (of dtype `dt`) as its `f32` version on widened copies: the portable
+/// path of every half kernel.
+///
+/// # Safety
+/// As [`run_if_half`].
+pub(crate) unsafe fn run_widened(kernel: &Kernel, dt: DType) {
+    use Kernel as K;
     let f = DType::F32;
     let mut w = Widened::default();
     let widened = match kernel.clone() {
@@ -433,9 +444,9 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             dim,
             dtype: f,
         },
-        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return false,
+        // No float dtype: `float_dtype` gave none, so run_if_half never hands these over.
+        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return,
     };
     super::kernels::run(&widened);
     w.store();
-    true
 }

@@ -208,6 +208,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn gelu_tanh_fast_is_within_a_few_ulp_of_the_f64_form() {
+        let worst = (-1000..1000)
+            .map(|i| i as f32 / 100.0)
+            .map(|x| {
+                let (f, r) = (
+                    gelu_tanh_fast(x),
+                    crate::cpu::kernels::epilogue::gelu_tanh(x),
+                );
+                (f - r).abs() / r.abs().max(1e-3)
+            })
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-5, "worst relative gap {worst}");
+        assert_eq!(gelu_tanh_fast(0.0), 0.0);
+        assert!(gelu_tanh_fast(-100.0).abs() < 1e-30);
+        assert_eq!(gelu_tanh_fast(100.0), 100.0);
+    }
+
+    #[test]
     fn exp_is_within_a_few_ulp_of_f64() {
         let mut worst = 0.0f64;
         let mut x = -87.0f32;

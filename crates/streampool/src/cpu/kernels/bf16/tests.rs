@@ -141,6 +141,93 @@ fn every_available_path_matches_f64_across_shapes() {
     }
 }
 
+/// The portable path (every host without bf16 arithmetic): the same product as a
+/// `Kernel::Matmul` in `bf16`, widened to `f32`, against the vector kernel where there is one
+/// and the `f64` product of the same inputs.
+#[test]
+fn the_portable_path_matches_f64_and_the_fast_paths() {
+    use crate::kernel::{Kernel, MatmulMath};
+    use crate::DType;
+    let (m, n, k) = (33, 100, 96);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let a = rand_bf16(&mut rng, m * k);
+    let w = rand_bf16(&mut rng, n * k);
+    let bias = rand_bf16(&mut rng, n);
+    let ao = MatOperand {
+        ptr: DevicePtr(a.as_ptr() as u64),
+        batch_stride: 0,
+        rs: k,
+        cs: 1,
+    };
+    let bo = MatOperand {
+        ptr: DevicePtr(w.as_ptr() as u64),
+        batch_stride: 0,
+        rs: 1,
+        cs: k,
+    };
+    let act = Activation::GeluTanh;
+    let mut portable = vec![bf16::NAN; m * n];
+    let kernel = Kernel::Matmul {
+        a: ao,
+        b: bo,
+        bias: Some(DevicePtr(bias.as_ptr() as u64)),
+        act,
+        out: DevicePtr(portable.as_mut_ptr() as u64),
+        batch: 1,
+        m,
+        n,
+        k,
+        dtype: DType::BF16,
+        math: MatmulMath::Exact,
+    };
+    // SAFETY: the buffers hold the extents the kernel describes.
+    unsafe { crate::cpu::half::run_widened(&kernel, DType::BF16) };
+    for i in 0..m {
+        for j in 0..n {
+            let mut r = f64::from(bias[j].to_f32());
+            for kk in 0..k {
+                r += f64::from(a[i * k + kk].to_f32()) * f64::from(w[j * k + kk].to_f32());
+            }
+            let r = f64::from(super::super::epilogue::activate(act, r as f32));
+            let o = f64::from(portable[i * n + j].to_f32());
+            assert!(
+                (o - r).abs() <= r.abs() / 256.0 + 1e-4,
+                "[{i},{j}]: {o} vs {r}"
+            );
+        }
+    }
+    for path in paths() {
+        let mut fast = vec![bf16::NAN; m * n];
+        // SAFETY: as above.
+        assert!(unsafe {
+            matmul_on(
+                path,
+                &ao,
+                &bo,
+                kernel_bias(&bias),
+                act,
+                DevicePtr(fast.as_mut_ptr() as u64),
+                1,
+                m,
+                n,
+                k,
+            )
+        });
+        // Both round one f32 result to bf16: at most one bf16 step apart.
+        for (f, p) in fast.iter().zip(&portable) {
+            let (f, p) = (f.to_f32(), p.to_f32());
+            assert!(
+                (f - p).abs() <= p.abs() / 128.0 + 1e-4,
+                "{path:?}: {f} vs portable {p}"
+            );
+        }
+    }
+}
+
+fn kernel_bias(bias: &[bf16]) -> Option<DevicePtr> {
+    Some(DevicePtr(bias.as_ptr() as u64))
+}
+
 #[test]
 fn layouts_the_kernels_cannot_read_are_left_to_the_portable_product() {
     let a = [bf16::ONE; 12];
