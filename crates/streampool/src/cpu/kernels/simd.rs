@@ -133,6 +133,32 @@ pub(crate) fn erf(x: f32) -> f32 {
     }
 }
 
+/// Softmax of `row` in place, over the entries whose `keep` is 1 (the others, padding keys,
+/// get exactly 0; `keep`, if given, has at least one 1): the one loop of `Kernel::Softmax`
+/// and of attention's masked softmax. The sum is taken in `f64` (an `f32` running sum
+/// drifts past 1e-5 on long rows).
+#[inline(always)]
+pub(crate) fn softmax_in_place(row: &mut [f32], keep: Option<&[f32]>) {
+    match keep {
+        None => {
+            let max = max(row);
+            row.iter_mut().for_each(|s| *s = exp(*s - max));
+        }
+        Some(keep) => {
+            let mut max = f32::NEG_INFINITY;
+            for (&s, &k) in row.iter().zip(keep) {
+                max = max.max(if k != 0.0 { s } else { f32::NEG_INFINITY });
+            }
+            // exp is finite for any input, so padding keys are exactly 0 after the product.
+            row.iter_mut()
+                .zip(keep)
+                .for_each(|(s, &k)| *s = exp(*s - max) * k);
+        }
+    }
+    let inv = (1.0 / sum_f64(row)) as f32;
+    row.iter_mut().for_each(|s| *s *= inv);
+}
+
 /// GELU in its tanh form, `0.5 x (1 + tanh(u)) = x / (1 + e^(-2u))` with `u = sqrt(2/pi) (x +
 /// 0.044715 x^3)`, through the vectorizable [`exp`]: a few `f32` ulp from the `f64` form of
 /// `epilogue::gelu_tanh`, for the `bf16` products' epilogue (whose result is rounded to 8
