@@ -3,16 +3,18 @@
 //! the same contract as the CUDA kernels (load as `f32`, compute in `f32`, round on store),
 //! so every dtype is tested in CI, where there is no GPU.
 
+use half::f16;
 use half::slice::HalfFloatSliceExt;
-use half::{bf16, f16};
 
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 use crate::kernel::{Kernel, MatOperand};
+use crate::sync::Mutex;
 use crate::DType;
 
 /// Widened (`f32`) copies of a kernel's inputs and outputs; the heap buffers never move
-/// while the pointers handed out are in use (pushing a `Vec` moves only its header).
+/// while the pointers handed out are in use (pushing a `Vec` moves only its header). They
+/// go back to [`SPARE`] when the kernel is done.
 #[derive(Default)]
 struct Widened {
     bufs: Vec<Vec<f32>>,
@@ -29,7 +31,7 @@ impl Widened {
     }
 
     fn output(&mut self, p: DevicePtr, len: usize, dt: DType) -> DevicePtr {
-        self.bufs.push(vec![0.0; len]);
+        self.bufs.push(zeroed(len));
         let i = self.bufs.len() - 1;
         self.outs.push((i, p, dt));
         DevicePtr(self.bufs[i].as_mut_ptr() as u64)
@@ -37,36 +39,114 @@ impl Widened {
 
     /// # Safety
     /// Every output pointer is valid for its buffer's length of writes of its dtype.
-    unsafe fn store(self) {
-        for (i, p, dt) in self.outs {
+    unsafe fn store(&self) {
+        for &(i, p, dt) in &self.outs {
             store(&self.bufs[i], p, dt);
         }
     }
 }
 
+impl Drop for Widened {
+    fn drop(&mut self) {
+        for v in self.bufs.drain(..) {
+            give(v);
+        }
+    }
+}
+
+/// Widened buffers kept for the next half kernels, at most [`SPARE_BYTES`] in all. A
+/// `bf16` forward widens a few tensors per layer (attention's input, the layer norms'); a
+/// fresh allocation of that size is a fresh `mmap` each time, whose page faults cost as
+/// much as the kernel (a batch of 64 x 128 tokens: tens of MB per kernel).
+static SPARE: std::sync::OnceLock<Mutex<Vec<Vec<f32>>>> = std::sync::OnceLock::new();
+
+/// The most bytes [`SPARE`] keeps.
+const SPARE_BYTES: usize = 256 << 20;
+
+fn spare() -> &'static Mutex<Vec<Vec<f32>>> {
+    SPARE.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// An empty buffer with room for `len` values: the smallest spare one that fits, or a new one.
+fn take(len: usize) -> Vec<f32> {
+    let mut spare = spare().lock();
+    let best = spare
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.capacity() >= len)
+        .min_by_key(|(_, v)| v.capacity())
+        .map(|(i, _)| i);
+    match best {
+        Some(i) => {
+            let mut v = spare.swap_remove(i);
+            v.clear();
+            v
+        }
+        None => Vec::with_capacity(len),
+    }
+}
+
+/// Keeps `v` for a later [`take`], dropping the smallest spares past [`SPARE_BYTES`].
+fn give(v: Vec<f32>) {
+    let bytes = |v: &Vec<f32>| v.capacity() * 4;
+    if bytes(&v) > SPARE_BYTES || v.capacity() == 0 {
+        return;
+    }
+    let mut spare = spare().lock();
+    spare.push(v);
+    while spare.iter().map(bytes).sum::<usize>() > SPARE_BYTES {
+        let smallest = (0..spare.len())
+            .min_by_key(|&i| spare[i].capacity())
+            .unwrap_or(0);
+        spare.swap_remove(smallest);
+    }
+}
+
+/// `len` zeros, in a spare buffer, written over the intra-op pool.
+fn zeroed(len: usize) -> Vec<f32> {
+    let mut v = take(len);
+    let dst = DevicePtr(v.as_mut_ptr() as u64);
+    intra_op::for_ranges(len, 1, |r| {
+        // SAFETY: `v` has capacity for `len` values; each range is this task's own piece,
+        // written through the raw pointer (no reference to uninitialized memory).
+        unsafe { std::ptr::write_bytes((dst.0 as *mut f32).add(r.start), 0, r.len()) }
+    });
+    // SAFETY: every one of the `len` values was written above.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// # Safety
 /// `p` is valid for `len` reads of `dt` (a float type).
 unsafe fn load(p: DevicePtr, len: usize, dt: DType) -> Vec<f32> {
-    let mut v = vec![0.0f32; len];
-    if len == 0 {
-        return v;
-    }
+    let mut v = take(len);
     let dst = DevicePtr(v.as_mut_ptr() as u64);
-    // Large conversions (a batch's activations) split over the intra-op pool.
+    // Large conversions (a batch's activations) split over the intra-op pool; values are
+    // written through the raw pointer into `v`'s spare capacity.
     intra_op::for_ranges(len, 2, |r| {
-        // SAFETY: each range is this task's own piece of `v`; `p` is valid for `len` reads.
-        let out = std::slice::from_raw_parts_mut((dst.0 as *mut f32).add(r.start), r.len());
+        // SAFETY: `v` has room for `len` values and each range is this task's own piece;
+        // `p` is valid for `len` reads of `dt`.
+        let out = (dst.0 as *mut f32).add(r.start);
         match dt {
-            DType::F16 => std::slice::from_raw_parts((p.0 as *const f16).add(r.start), r.len())
-                .convert_to_f32_slice(out),
-            DType::BF16 => std::slice::from_raw_parts((p.0 as *const bf16).add(r.start), r.len())
-                .convert_to_f32_slice(out),
-            _ => out.copy_from_slice(std::slice::from_raw_parts(
-                (p.0 as *const f32).add(r.start),
-                r.len(),
-            )),
+            DType::F16 => {
+                let x = (p.0 as *const f16).add(r.start);
+                for i in 0..r.len() {
+                    out.add(i).write(x.add(i).read().to_f32());
+                }
+            }
+            // bf16 is the top half of an f32: widening is a shift (vectorizes).
+            DType::BF16 => {
+                let x = (p.0 as *const u16).add(r.start);
+                for i in 0..r.len() {
+                    out.add(i)
+                        .write(f32::from_bits(u32::from(x.add(i).read()) << 16));
+                }
+            }
+            _ => std::ptr::copy_nonoverlapping((p.0 as *const f32).add(r.start), out, r.len()),
         }
     });
+    // SAFETY: every one of the `len` values was written above.
+    v.set_len(len);
     v
 }
 
@@ -83,8 +163,13 @@ unsafe fn store(v: &[f32], p: DevicePtr, dt: DType) {
         match dt {
             DType::F16 => std::slice::from_raw_parts_mut((p.0 as *mut f16).add(s), n)
                 .convert_from_f32_slice(&v[r]),
-            DType::BF16 => std::slice::from_raw_parts_mut((p.0 as *mut bf16).add(s), n)
-                .convert_from_f32_slice(&v[r]),
+            // Branch-free rounding (ties to even), so the loop vectorizes.
+            DType::BF16 => {
+                let o = (p.0 as *mut u16).add(s);
+                for (i, &x) in v[r].iter().enumerate() {
+                    o.add(i).write(super::kernels::bf16::to_bf16(x));
+                }
+            }
             _ => std::slice::from_raw_parts_mut((p.0 as *mut f32).add(s), n).copy_from_slice(&v[r]),
         }
     });
@@ -125,7 +210,9 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
         to,
     } = kernel
     {
-        store(&load(*x, *len, *from), *out, *to);
+        let v = load(*x, *len, *from);
+        store(&v, *out, *to);
+        give(v);
         return true;
     }
     let Some(dt) = kernel.float_dtype() else {

@@ -310,7 +310,7 @@ pub(crate) unsafe fn store_tile(
 /// `x` rounded to the nearest `bf16` (ties to even), as bits; NaN stays NaN. Branch-free,
 /// so the loops above vectorize.
 #[inline(always)]
-fn to_bf16(x: f32) -> u16 {
+pub(crate) fn to_bf16(x: f32) -> u16 {
     let b = x.to_bits();
     let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
     if x.is_nan() {
