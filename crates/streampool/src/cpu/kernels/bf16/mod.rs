@@ -281,28 +281,32 @@ pub(crate) unsafe fn store_tile(
     epi: &Epilogue,
     j0: usize,
 ) {
-    let mut row = [0.0f32; 32];
-    let row = &mut row[..cols];
-    for i in 0..rows {
-        for (j, v) in row.iter_mut().enumerate() {
-            *v = tile[j * ld + i];
+    // Turned back into rows (plus the bias), then the activation over the whole block in
+    // one loop (it vectorizes; per-row loops of 12 columns did not, at 3x the cost).
+    let mut buf = [0.0f32; 32 * 32];
+    let v = &mut buf[..rows * cols];
+    for (i, r) in v.chunks_exact_mut(cols).enumerate() {
+        for (j, x) in r.iter_mut().enumerate() {
+            *x = tile[j * ld + i];
         }
         if let Some(b) = epi.bias {
-            for (v, b) in row.iter_mut().zip(&b[j0..j0 + cols]) {
-                *v += b;
+            for (x, b) in r.iter_mut().zip(&b[j0..j0 + cols]) {
+                *x += b;
             }
         }
-        match epi.act {
-            Activation::Identity => {}
-            Activation::Relu => row.iter_mut().for_each(|v| *v = v.max(0.0)),
-            Activation::Gelu => row.iter_mut().for_each(|v| *v = super::simd::gelu(*v)),
-            Activation::GeluTanh => row
-                .iter_mut()
-                .for_each(|v| *v = super::simd::gelu_tanh_fast(*v)),
-        }
+    }
+    match epi.act {
+        Activation::Identity => {}
+        Activation::Relu => v.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Activation::Gelu => v.iter_mut().for_each(|x| *x = super::simd::gelu(*x)),
+        Activation::GeluTanh => v
+            .iter_mut()
+            .for_each(|x| *x = super::simd::gelu_tanh_fast(*x)),
+    }
+    for (i, r) in v.chunks_exact(cols).enumerate() {
         let o = std::slice::from_raw_parts_mut(out.add(i * ldo), cols);
-        for (o, v) in o.iter_mut().zip(row.iter()) {
-            *o = to_bf16(*v);
+        for (o, x) in o.iter_mut().zip(r) {
+            *o = to_bf16(*x);
         }
     }
 }
