@@ -1,8 +1,8 @@
-//! The AMX kernel (`tdpbf16ps`): blocks of 32 output columns by 32 rows, four `f32`
-//! accumulator tiles (tmm0-3), two weight tiles (tmm4-5: 16 weight rows by 32 `bf16` along
-//! `k`, loaded where the weight lies) and two activation tiles (tmm6-7: 16 `k` pairs of a
-//! packed panel, the VNNI layout `tdpbf16ps` wants). Each block computes `out^T`, stored to
-//! a buffer and turned back.
+//! The AMX kernel (`tdpbf16ps`): blocks of 32 output rows by 32 columns, four `f32`
+//! accumulator tiles (tmm0-3), two activation tiles (tmm4-5: 16 rows by 32 `bf16` along `k`,
+//! loaded where the activations lie) and two weight tiles (tmm6-7: 16 `k` pairs of 16
+//! columns, the VNNI layout [`super::pack_b`] wrote with blocks of 16). A last block of fewer
+//! than 32 rows is copied to a zero-padded buffer first (a tile load reads 16 whole rows).
 //!
 //! Linux hands AMX state to a process only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM,
 //! XFEATURE_XTILEDATA)`); [`available`] asks once, and a refusal leaves the AVX-512 path.
@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 
-use super::{store_tile, target_tasks, Epilogue, Packed};
+use super::{store_tile, target_tasks, Epilogue};
 
 /// `arch_prctl` request to be allowed an extended state component, and AMX tile data's one.
 const ARCH_REQ_XCOMP_PERM: libc::c_ulong = 0x1023;
@@ -55,15 +55,19 @@ fn config() -> TileConfig {
     TileConfig(c)
 }
 
-/// As [`super::avx512::product`], through AMX; needs `n % 32 == 0`, `k % 32 == 0` and an
-/// even number of panels.
+/// `c[m, n] = act(a @ b + bias)` in `bf16` through AMX: `a` the `[m, k]` rows at `a`, `lda`
+/// elements apart (unit stride along `k`), `b` in `w` by [`super::pack_b`] with blocks of 16.
 ///
 /// # Safety
-/// As `avx512::product`, [`available`] holds, and the shape fits as above.
+/// [`available`] holds; `n % 32 == 0`, `kp % 16 == 0` (`k = 2 * kp`); `a` is valid for `m`
+/// rows of `k` at stride `lda`; `w` holds `n / 16 * kp * 16` words; `c` is valid for `m * n`
+/// `bf16` writes and owned by this call; `epi.bias` holds `n` values.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn product(
-    p: &Packed,
-    w: DevicePtr,
-    ldw: usize,
+    a: DevicePtr,
+    lda: usize,
+    w: &[u32],
+    kp: usize,
     c: DevicePtr,
     m: usize,
     n: usize,
@@ -74,26 +78,51 @@ pub(super) unsafe fn product(
     let per_m = target_tasks().div_ceil(mblocks).max(1);
     let per_task = nblocks.div_ceil(per_m).max(1);
     let nchunks = nblocks.div_ceil(per_task);
-    let kp = p.kp;
-    intra_op::for_ranges(mblocks * nchunks, 32 * 32 * per_task * kp * 2, |r| {
+    let k = 2 * kp;
+    let pw = DevicePtr(w.as_ptr() as u64);
+    intra_op::for_ranges(mblocks * nchunks, 32 * 32 * per_task * k, |r| {
         let cfg = config();
         // SAFETY: AMX is available and granted (the caller's contract); the config is a
         // valid palette-1 configuration for this thread's tiles, released below.
         std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly));
         let mut tile = [0.0f32; 4 * 256];
+        let mut padded: Vec<u16> = Vec::new();
         for t in r {
             let (mb, nc) = (t / nchunks, t % nchunks);
             let rows = (m - mb * 32).min(32);
-            let pa = (p.ptr.0 as *const u16).add(mb * 2 * kp * 32);
+            let mut pa = (a.0 as *const u16).add(mb * 32 * lda);
+            let mut ld = lda;
+            if rows < 32 {
+                // SAFETY: rows mb*32.. < m of `a` are in bounds; the rest stay zero.
+                padded.clear();
+                padded.resize(32 * k, 0);
+                for i in 0..rows {
+                    std::ptr::copy_nonoverlapping(
+                        pa.add(i * lda),
+                        padded.as_mut_ptr().add(i * k),
+                        k,
+                    );
+                }
+                pa = padded.as_ptr();
+                ld = k;
+            }
             for nb in nc * per_task..((nc + 1) * per_task).min(nblocks) {
+                // Weight blocks of 16 columns 2nb and 2nb + 1.
+                let w0 = (pw.0 as *const u32).add(2 * nb * kp * 16);
+                // SAFETY: 32 rows of `pa` at stride `ld`, two packed blocks of `kp * 16`
+                // words, and `tile` holds four 16 x 16 tiles.
+                block(pa, ld, kp, w0, &mut tile);
                 let j = nb * 32;
-                // SAFETY: the weight rows j..j+32 and the two panels of this row block are
-                // in bounds (n % 32 == 0, panels even), and `tile` holds four 16 x 16 tiles.
-                block(pa, kp, (w.0 as *const u16).add(j * ldw), ldw, &mut tile);
-                let cj = (c.0 as *mut u16).add(mb * 32 * n + j);
                 // SAFETY: the task owns rows mb*32.. of `c` (valid for m x n), and the
                 // block's 32 columns lie inside n.
-                store_block(&tile, rows, cj, n, epi, j);
+                store_block(
+                    &tile,
+                    rows,
+                    (c.0 as *mut u16).add(mb * 32 * n + j),
+                    n,
+                    epi,
+                    j,
+                );
             }
         }
         // SAFETY: releases this thread's tile state configured above.
@@ -101,33 +130,32 @@ pub(super) unsafe fn product(
     });
 }
 
-/// One 32 x 32 block over all of `k` (`kp / 16` steps of 32): tiles 0-3 =
-/// (W0 a0, W0 a1, W1 a0, W1 a1), stored to `out` as four 16 x 16 `f32` tiles.
+/// One 32 x 32 block over all of `k` (`kp / 16` steps of 32): tiles 0-3 = (a0 w0, a0 w1,
+/// a1 w0, a1 w1), stored to `out` as four 16 x 16 `f32` tiles, rows then columns.
 ///
 /// # Safety
-/// Tiles are configured on this thread; `pa` holds two panels of `kp` pairs (`kp % 16 ==
-/// 0`); `w` holds 32 rows of `2 * kp` `bf16` at stride `ldw`.
-unsafe fn block(pa: *const u16, kp: usize, w: *const u16, ldw: usize, out: &mut [f32; 1024]) {
+/// Tiles are configured on this thread; `pa` holds 32 rows of `2 * kp` `bf16` at stride
+/// `lda` (`kp % 16 == 0`); `w` holds two packed blocks of `kp * 16` words.
+unsafe fn block(pa: *const u16, lda: usize, kp: usize, w: *const u32, out: &mut [f32; 1024]) {
     let steps = kp / 16;
-    let panel_bytes = kp * 64;
     std::arch::asm!(
         "tilezero tmm0",
         "tilezero tmm1",
         "tilezero tmm2",
         "tilezero tmm3",
         "2:",
-        "tileloadd tmm4, [{w0} + {sw}*1]",
-        "tileloadd tmm5, [{w1} + {sw}*1]",
-        "tileloadd tmm6, [{a0} + {s64}*1]",
-        "tileloadd tmm7, [{a1} + {s64}*1]",
+        "tileloadd tmm4, [{a0} + {sa}*1]",
+        "tileloadd tmm5, [{a1} + {sa}*1]",
+        "tileloadd tmm6, [{w0} + {s64}*1]",
+        "tileloadd tmm7, [{w1} + {s64}*1]",
         "tdpbf16ps tmm0, tmm4, tmm6",
         "tdpbf16ps tmm1, tmm4, tmm7",
         "tdpbf16ps tmm2, tmm5, tmm6",
         "tdpbf16ps tmm3, tmm5, tmm7",
-        "add {w0}, 64",
-        "add {w1}, 64",
-        "add {a0}, 1024",
-        "add {a1}, 1024",
+        "add {a0}, 64",
+        "add {a1}, 64",
+        "add {w0}, 1024",
+        "add {w1}, 1024",
         "dec {steps}",
         "jnz 2b",
         "tilestored [{o} + {s64}*1], tmm0",
@@ -137,22 +165,21 @@ unsafe fn block(pa: *const u16, kp: usize, w: *const u16, ldw: usize, out: &mut 
         "tilestored [{o} + {s64}*1], tmm2",
         "add {o}, 1024",
         "tilestored [{o} + {s64}*1], tmm3",
-        w0 = inout(reg) w => _,
-        w1 = inout(reg) w.add(16 * ldw) => _,
         a0 = inout(reg) pa => _,
-        a1 = inout(reg) pa.add(panel_bytes / 2) => _,
+        a1 = inout(reg) pa.add(16 * lda) => _,
+        w0 = inout(reg) w => _,
+        w1 = inout(reg) w.add(kp * 16) => _,
         o = inout(reg) out.as_mut_ptr() => _,
         steps = inout(reg) steps => _,
-        sw = in(reg) ldw * 2,
+        sa = in(reg) lda * 2,
         s64 = in(reg) 64usize,
         options(nostack),
     );
 }
 
-/// The four tiles of a block through the epilogue: tile `2 * wt + at` holds weight rows
-/// `wt * 16..` (output columns) by activation rows `at * 16..` (output rows), as
-/// `tile[col * 16 + row]`. AVX-512 is there wherever AMX is ([`available`] checks it), so
-/// the epilogue's loops vectorize for it.
+/// The four tiles of a block through the epilogue: tile `2 * at + wt` holds rows `at * 16..`
+/// by columns `wt * 16..`, as `tile[row * 16 + col]`. AVX-512 is there wherever AMX is
+/// ([`available`] checks it), so the epilogue's loops vectorize for it.
 ///
 /// # Safety
 /// `c` is valid for `rows` rows of 32 `bf16` at stride `ldc`; `epi`'s bias holds columns
@@ -166,15 +193,15 @@ unsafe fn store_block(
     epi: &Epilogue,
     j0: usize,
 ) {
-    for wt in 0..2 {
-        for at in 0..2 {
-            let r0 = at * 16;
-            if r0 >= rows {
-                continue;
-            }
+    for at in 0..2 {
+        let r0 = at * 16;
+        if r0 >= rows {
+            continue;
+        }
+        for wt in 0..2 {
             store_tile(
-                &tile[(2 * wt + at) * 256..],
-                16,
+                &tile[(2 * at + wt) * 256..],
+                (16, 1),
                 (rows - r0).min(16),
                 16,
                 c.add(r0 * ldc + wt * 16),

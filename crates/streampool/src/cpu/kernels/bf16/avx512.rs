@@ -1,9 +1,8 @@
 //! The AVX512_BF16 kernel: `vdpbf16ps` over 32 rows (two packed panels, 16 `f32` lanes
 //! each) by 12 output columns, 24 accumulators in registers; each step loads one `k` pair
-//! of both panels and broadcasts one pair of each of the 12 weight rows. The weight is
-//! packed per call into blocks of 12 rows whose pairs interleave (`[n / 12][k / 2][12]`
-//! 32-bit words), so the 12 broadcasts of a step read 48 consecutive bytes through one
-//! pointer (12 row pointers spilled general registers, at a third of the speed).
+//! of both panels and broadcasts one pair of each of the 12 weight columns, which
+//! [`super::pack_b`] put in 48 consecutive bytes (12 row pointers into an unpacked weight
+//! spilled general registers, at half the speed).
 
 use std::arch::x86_64::*;
 
@@ -13,23 +12,22 @@ use crate::cpu::intra_op;
 use super::{store_tile, target_tasks, Epilogue, Packed};
 
 /// Output columns per register block.
-const NR: usize = 12;
+pub(super) const NR: usize = 12;
 
 pub(super) fn available() -> bool {
     is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
 }
 
-/// `c[m, n] = act(a @ W^T + bias)` in `bf16` (`f32` until the rounding), `a` packed in `p`,
-/// `W` the `[n, k]` rows at `w`, `ldw` elements apart.
+/// `c[m, n] = act(a @ b + bias)` in `bf16` (`f32` until the rounding), `a` packed in `p`,
+/// `b` in `w` by [`super::pack_b`] with blocks of [`NR`].
 ///
 /// # Safety
-/// [`available`] holds; `w` is valid for `n` rows of `k = 2 * p.kp` `bf16` at stride `ldw`;
-/// `p` is valid as [`Packed`] describes with at least `m` rows; `c` is valid for `m * n`
-/// `bf16` writes and owned by this call; `epi.bias` holds `n` values.
+/// [`available`] holds; `w` holds `n.div_ceil(NR) * p.kp * NR` words; `p` is valid as
+/// [`Packed`] describes with at least `m` rows; `c` is valid for `m * n` `bf16` writes and
+/// owned by this call; `epi.bias` holds `n` values.
 pub(super) unsafe fn product(
     p: &Packed,
-    w: DevicePtr,
-    ldw: usize,
+    w: &[u32],
     c: DevicePtr,
     m: usize,
     n: usize,
@@ -41,23 +39,7 @@ pub(super) unsafe fn product(
     let nc = n.div_ceil(per_m).next_multiple_of(NR).max(NR);
     let nchunks = n.div_ceil(nc);
     let kp = p.kp;
-    // The weight, packed: block jb holds rows jb*12.. (the last block repeats row n - 1,
-    // whose sums are dropped), pair s of row j at [(jb * kp + s) * 12 + j].
-    let blocks = n.div_ceil(NR);
-    let mut packed_w = vec![0u32; blocks * kp * NR];
-    let pw = DevicePtr(packed_w.as_mut_ptr() as u64);
-    intra_op::for_ranges(blocks, kp * NR, |r| {
-        for jb in r {
-            for j in 0..NR {
-                let row = (w.0 as *const u16).add((jb * NR + j).min(n - 1) * ldw) as *const u32;
-                let dst = (pw.0 as *mut u32).add(jb * kp * NR + j);
-                for s in 0..kp {
-                    // SAFETY: row < n holds 2 * kp bf16 (k even); block jb is this task's.
-                    dst.add(s * NR).write(row.add(s).read_unaligned());
-                }
-            }
-        }
-    });
+    let pw = DevicePtr(w.as_ptr() as u64);
     intra_op::for_ranges(mblocks * nchunks, 32 * nc * kp * 2, |r| {
         for t in r {
             let (mb, nb) = (t / nchunks, t % nchunks);
@@ -131,5 +113,5 @@ unsafe fn block<const MP: usize, const C: usize>(
             _mm512_storeu_ps(tile.as_mut_ptr().add(j * 32 + q * 16), acc[q][j]);
         }
     }
-    store_tile(&tile, 32, rows, cols, c, ldc, epi, j0);
+    store_tile(&tile, (1, 32), rows, cols, c, ldc, epi, j0);
 }

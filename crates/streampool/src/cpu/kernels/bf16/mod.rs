@@ -7,20 +7,23 @@
 //! | [`Bf16Path::Avx512Bf16`] | Cooper Lake, Sapphire Rapids, Zen 4 and later (AVX512_BF16) | `vdpbf16ps` | 16 `f32` lanes += pairs of `bf16` products |
 //! | [`Bf16Path::Portable`] | any | `f32` `gemm` on widened copies | the `f32` product of the rounded inputs |
 //!
-//! Both hardware paths read the weight `W` (the `[n, k]` row-major matrix of a `Linear`,
-//! seen by the product as `b = W^T` with unit stride along `k`) where it lies: a pair of
-//! neighbours along `k` is the 32-bit operand that `vdpbf16ps` broadcasts, and 16 rows of 32
-//! neighbours are one AMX tile. So the weight needs no repacking: it is converted to `bf16`
-//! once, when the model loads, and that layout is the packed one. The activations are packed
-//! per call (each product computes `out^T = W a^T`): panels of 16 rows whose `k` pairs are
-//! interleaved, `[panel][k / 2][16][2]`, which is both the vector operand of `vdpbf16ps` and
-//! the VNNI layout of an AMX `B` tile. Each tile of the output is turned back on a small
-//! buffer, the bias added in `f32`, then the activation and the one rounding to `bf16`.
+//! The weight (`b`, `[k, n]` under any strides: a `Linear` keeps `W^T` contiguous) is
+//! converted to `bf16` once, when the model loads, and packed per call into the layout both
+//! instructions want: blocks of columns whose neighbours along `k` form one 32-bit pair,
+//! `[n / block][k / 2][block]` words ([`pack_b`]; block 12 for the vector kernel's 12
+//! broadcasts, 16 for an AMX `B` tile in VNNI form). The vector kernel also packs the
+//! activations (panels of 16 rows, pairs interleaved: its 16 `f32` lanes are rows, and each
+//! tile of the output is turned back on a small buffer); AMX loads them where they lie (16
+//! rows of 32 neighbours are one `A` tile). The bias is added in `f32`, then the activation
+//! and the one rounding to `bf16`, per tile. Packing the weight per call costs `n * k`
+//! words: a few percent of a batch's product, more at batch 1 (prepacking at load needs a
+//! packed-weight tensor the runtime does not have yet).
 //!
 //! The path is chosen once per process: the best the host has, or `STREAMPOOL_CPU_BF16=amx`,
 //! `avx512` or `portable` (a path the host lacks falls back to the best it has). Products
-//! whose layout does not fit (an odd `k`, operands not unit-strided along `k`) take the
-//! portable path.
+//! whose layout does not fit (an odd `k`, activations not unit-strided along `k`) take the
+//! portable path; AMX takes products with `n` and `k` multiples of 32, the vector kernel
+//! the rest.
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod amx;
@@ -155,12 +158,11 @@ pub(crate) unsafe fn matmul_on(
     n: usize,
     k: usize,
 ) -> bool {
-    // Pairs along k are read as one 32-bit word from both operands: unit stride along k, an
-    // even k (an odd one would read past a weight row), and products worth the packing.
+    // Pairs along k are read as one 32-bit word from the activations: unit stride along k
+    // and an even k (an odd one would read past a row).
     if cfg!(not(target_arch = "x86_64"))
         || path == Bf16Path::Portable
         || a.cs != 1
-        || b.rs != 1
         || k % 2 != 0
         || k == 0
     {
@@ -179,28 +181,74 @@ pub(crate) unsafe fn matmul_on(
         bias: bias.as_deref(),
         act,
     };
-    let panels = m.div_ceil(16).next_multiple_of(2);
     let kp = k / 2;
-    let mut packed = vec![0u16; panels * kp * 32];
+    let mut packed_a = Vec::new();
     for bi in 0..batch {
-        pack_rows(a, bi, m, k, &mut packed);
-        let w = DevicePtr(b.ptr.0 + (bi * b.batch_stride * 2) as u64);
         let c = DevicePtr(out.0 + (bi * m * n * 2) as u64);
-        let p = Packed {
-            ptr: DevicePtr(packed.as_ptr() as u64),
-            kp,
-        };
-        // SAFETY: the path is available (the caller's contract), `packed` holds the
-        // padded panels of a[bi], and `out[bi]` is this product's own `m x n`.
+        // SAFETY: the path is available (the caller's contract); the packed operands are
+        // built here from a[bi] and b[bi] in bounds, and `out[bi]` is this product's own
+        // `m x n`.
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         if use_amx {
-            amx::product(&p, w, b.cs, c, m, n, &epi);
+            let w = pack_b(b, bi, n, kp, 16);
+            let a_bi = DevicePtr(a.ptr.0 + (bi * a.batch_stride * 2) as u64);
+            amx::product(a_bi, a.rs, &w, kp, c, m, n, &epi);
             continue;
         }
         #[cfg(target_arch = "x86_64")]
-        avx512::product(&p, w, b.cs, c, m, n, &epi);
+        {
+            let w = pack_b(b, bi, n, kp, avx512::NR);
+            if packed_a.is_empty() {
+                packed_a = vec![0u16; m.div_ceil(16).next_multiple_of(2) * kp * 32];
+            }
+            pack_rows(a, bi, m, k, &mut packed_a);
+            let p = Packed {
+                ptr: DevicePtr(packed_a.as_ptr() as u64),
+                kp,
+            };
+            avx512::product(&p, &w, c, m, n, &epi);
+        }
     }
+    let _ = &mut packed_a;
     true
+}
+
+/// `b[bi]` (`[k, n]`, any strides) packed in blocks of `block` columns: word
+/// `(jb * kp + s) * block + j` holds `b[2s][col]` (low half) and `b[2s + 1][col]` for column
+/// `col = jb * block + j` (the last block repeats column `n - 1`, whose sums are dropped).
+///
+/// # Safety
+/// `b` is valid for `[batch, 2 * kp, n]` reads of `bf16` under its strides.
+pub(crate) unsafe fn pack_b(
+    b: &MatOperand,
+    bi: usize,
+    n: usize,
+    kp: usize,
+    block: usize,
+) -> Vec<u32> {
+    let blocks = n.div_ceil(block);
+    let mut v = vec![0u32; blocks * kp * block];
+    let dst = DevicePtr(v.as_mut_ptr() as u64);
+    let base = DevicePtr(b.ptr.0 + (bi * b.batch_stride * 2) as u64);
+    let (rs, cs) = (b.rs, b.cs);
+    intra_op::for_ranges(blocks, kp * block, |r| {
+        for jb in r {
+            for s in 0..kp {
+                let e0 = (base.0 as *const u16).add(2 * s * rs);
+                let e1 = e0.add(rs);
+                // SAFETY: rows 2s and 2s + 1 < k and columns < n are in bounds (the
+                // caller's contract); block jb is this task's own piece of `v`.
+                let o = (dst.0 as *mut u32).add((jb * kp + s) * block);
+                for j in 0..block {
+                    let col = (jb * block + j).min(n - 1);
+                    let lo = u32::from(e0.add(col * cs).read());
+                    let hi = u32::from(e1.add(col * cs).read());
+                    o.add(j).write(lo | hi << 16);
+                }
+            }
+        }
+    });
+    v
 }
 
 /// The AMX kernel works on blocks of 32 output columns and steps of 32 along `k`; other
@@ -209,8 +257,9 @@ fn amx_fits(n: usize, k: usize) -> bool {
     n % 32 == 0 && k % 32 == 0
 }
 
-/// The activations of one product, packed: panels of 16 rows (rows past `m` are zero, and
-/// there is an even number of panels), each `kp` pairs of 16 rows x 2 `bf16`.
+/// The activations of one product packed for the vector kernel: panels of 16 rows (rows
+/// past `m` are zero, and there is an even number of panels), each `kp` pairs of 16 rows x 2
+/// `bf16`.
 pub(crate) struct Packed {
     pub(crate) ptr: DevicePtr,
     pub(crate) kp: usize,
@@ -262,8 +311,8 @@ pub(crate) struct Epilogue<'a> {
     pub(crate) act: Activation,
 }
 
-/// Writes a kernel's transposed tile to `out` through the epilogue: `tile[j * ld + i]` holds
-/// output row `i`, column `j` (`rows <= 32`, `cols <= 32`); `bias` starts at column `j0`.
+/// Writes a kernel's tile to `out` through the epilogue: `tile[i * si + j * sj]` holds output
+/// row `i`, column `j` (`rows <= 32`, `cols <= 32`); `bias` starts at column `j0`.
 /// Inlined into the kernels' `target_feature` functions, so the loops vectorize for them.
 ///
 /// # Safety
@@ -273,7 +322,7 @@ pub(crate) struct Epilogue<'a> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn store_tile(
     tile: &[f32],
-    ld: usize,
+    (si, sj): (usize, usize),
     rows: usize,
     cols: usize,
     out: *mut u16,
@@ -287,7 +336,7 @@ pub(crate) unsafe fn store_tile(
     let v = &mut buf[..rows * cols];
     for (i, r) in v.chunks_exact_mut(cols).enumerate() {
         for (j, x) in r.iter_mut().enumerate() {
-            *x = tile[j * ld + i];
+            *x = tile[i * si + j * sj];
         }
         if let Some(b) = epi.bias {
             for (x, b) in r.iter_mut().zip(&b[j0..j0 + cols]) {
