@@ -75,7 +75,8 @@ pub(super) unsafe fn product(
 /// `pa` holds `MP` panels of `kp` pairs; `w` holds one packed block of `kp * NR` words;
 /// `c` is valid for `rows <= 16 * MP` rows of `cols` `bf16` at stride `ldc`; `epi`'s bias
 /// holds columns `j0..j0 + cols`.
-#[allow(clippy::too_many_arguments)]
+// Index loops over the accumulator grid: with const bounds they unroll into registers.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn block<const MP: usize, const C: usize>(
     pa: *const u16,

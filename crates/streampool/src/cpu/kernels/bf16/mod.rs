@@ -163,7 +163,7 @@ pub(crate) unsafe fn matmul_on(
     if cfg!(not(target_arch = "x86_64"))
         || path == Bf16Path::Portable
         || a.cs != 1
-        || k % 2 != 0
+        || !k.is_multiple_of(2)
         || k == 0
     {
         return false;
@@ -254,7 +254,7 @@ pub(crate) unsafe fn pack_b(
 /// The AMX kernel works on blocks of 32 output columns and steps of 32 along `k`; other
 /// shapes take the AVX-512 kernel.
 fn amx_fits(n: usize, k: usize) -> bool {
-    n % 32 == 0 && k % 32 == 0
+    n.is_multiple_of(32) && k.is_multiple_of(32)
 }
 
 /// The activations of one product packed for the vector kernel: panels of 16 rows (rows

@@ -58,7 +58,7 @@ fn check(
         rs,
         cs,
     };
-    let bias_ptr = with_bias.then(|| DevicePtr(bias.as_ptr() as u64));
+    let bias_ptr = with_bias.then_some(DevicePtr(bias.as_ptr() as u64));
     // SAFETY: the buffers above hold exactly the extents the operands describe.
     let ran = unsafe {
         matmul_on(
