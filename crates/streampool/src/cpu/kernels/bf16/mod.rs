@@ -38,6 +38,7 @@ use half::slice::HalfFloatSliceExt;
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 use crate::kernel::{Activation, MatOperand};
+use crate::sync::Mutex;
 
 /// The environment variable that forces a `bf16` matmul path.
 pub const CPU_BF16_ENV: &str = "STREAMPOOL_CPU_BF16";
@@ -193,13 +194,15 @@ pub(crate) unsafe fn matmul_on(
             let w = pack_b(b, bi, n, kp, 16);
             let a_bi = DevicePtr(a.ptr.0 + (bi * a.batch_stride * 2) as u64);
             amx::product(a_bi, a.rs, &w, kp, c, m, n, &epi);
+            SPARE_W.give(w);
             continue;
         }
         #[cfg(target_arch = "x86_64")]
         {
             let w = pack_b(b, bi, n, kp, avx512::NR);
             if packed_a.is_empty() {
-                packed_a = vec![0u16; m.div_ceil(16).next_multiple_of(2) * kp * 32];
+                // Every element is written by pack_rows (rows past m as zeros).
+                packed_a = SPARE_A.take(m.div_ceil(16).next_multiple_of(2) * kp * 32);
             }
             pack_rows(a, bi, m, k, &mut packed_a);
             let p = Packed {
@@ -207,9 +210,10 @@ pub(crate) unsafe fn matmul_on(
                 kp,
             };
             avx512::product(&p, &w, c, m, n, &epi);
+            SPARE_W.give(w);
         }
     }
-    let _ = &mut packed_a;
+    SPARE_A.give(packed_a);
     true
 }
 
@@ -227,7 +231,8 @@ pub(crate) unsafe fn pack_b(
     block: usize,
 ) -> Vec<u32> {
     let blocks = n.div_ceil(block);
-    let mut v = vec![0u32; blocks * kp * block];
+    // Every word is written below.
+    let mut v = SPARE_W.take(blocks * kp * block);
     let dst = DevicePtr(v.as_mut_ptr() as u64);
     let base = DevicePtr(b.ptr.0 + (bi * b.batch_stride * 2) as u64);
     let (rs, cs) = (b.rs, b.cs);
@@ -249,6 +254,59 @@ pub(crate) unsafe fn pack_b(
         }
     });
     v
+}
+
+/// Packing buffers kept between products: a fresh allocation of a packed weight (up to a
+/// few MB) is a fresh `mmap` each call, whose page faults cost as much as a batch-1 product.
+struct Spare<T> {
+    bufs: OnceLock<Mutex<Vec<Vec<T>>>>,
+}
+
+/// The most bytes each [`Spare`] keeps.
+const SPARE_BYTES: usize = 64 << 20;
+
+static SPARE_W: Spare<u32> = Spare {
+    bufs: OnceLock::new(),
+};
+static SPARE_A: Spare<u16> = Spare {
+    bufs: OnceLock::new(),
+};
+
+impl<T: Copy + Default> Spare<T> {
+    fn list(&self) -> &Mutex<Vec<Vec<T>>> {
+        self.bufs.get_or_init(|| Mutex::new(Vec::new()))
+    }
+
+    /// A buffer of `len` elements (their values are left from earlier use: every caller
+    /// writes each one before reading).
+    fn take(&self, len: usize) -> Vec<T> {
+        let found = {
+            let mut list = self.list().lock();
+            let best = (0..list.len())
+                .filter(|&i| list[i].capacity() >= len)
+                .min_by_key(|&i| list[i].capacity());
+            best.map(|i| list.swap_remove(i))
+        };
+        let mut v = found.unwrap_or_default();
+        v.resize(len, T::default());
+        v
+    }
+
+    /// Keeps `v` for a later [`Spare::take`], dropping the smallest past [`SPARE_BYTES`].
+    fn give(&self, v: Vec<T>) {
+        let bytes = |v: &Vec<T>| v.capacity() * std::mem::size_of::<T>();
+        if v.capacity() == 0 || bytes(&v) > SPARE_BYTES {
+            return;
+        }
+        let mut list = self.list().lock();
+        list.push(v);
+        while list.iter().map(bytes).sum::<usize>() > SPARE_BYTES {
+            let smallest = (0..list.len())
+                .min_by_key(|&i| list[i].capacity())
+                .unwrap_or(0);
+            list.swap_remove(smallest);
+        }
+    }
 }
 
 /// The AMX kernel works on blocks of 32 output columns and steps of 32 along `k`; other
