@@ -66,7 +66,7 @@ for p in avx512 portable; do
     --out "$OUT/ours-$p" > "$OUT/ours-$p.log" 2>&1
   echo "ours bf16 $p rc=$?"
 done
-STREAMPOOL_CPU_PROFILE=1 /tmp/streampool bench --device cpu --workloads minilm128 --forward-batches 64 \
+STREAMPOOL_CPU_PROFILE=1 /tmp/streampool bench --device cpu --workloads minilm32,minilm128 --forward-batches 1,64 \
   --seconds 1 --minilm "$M" --scenarios forward --dtypes bf16 --out /tmp/prof > "$OUT/profile-bf16.log" 2>&1
 python3 "$D/torch_baseline.py" --device cpu --workloads minilm32,minilm128 --dtypes f32,bf16 --dtype-only \
   --forward-batches 1,64 --seconds "$SECS" --minilm "$M" --out "$OUT/torch" > "$OUT/torch.log" 2>&1
