@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Issue 24's table: streampool `--device cpu` against PyTorch CPU eager and
 sentence-transformers on the same host, from one `streampool bench --device cpu` JSON and one
-`bench/torch_baseline.py --device cpu --dtypes f32` JSON. Prints Markdown with the targets
+`bench/torch_baseline.py --device cpu --dtypes f32[,bf16]` JSON (each dtype of ours against
+PyTorch's in the same dtype; bf16: weights cast with `.to(torch.bfloat16)`, oneDNN). Prints Markdown with the targets
 marked PASS/FAIL:
 
   forward (pre-tokenized: forward, pooling, read-back) at batch 1 and 64, 32 and 128 tokens:
@@ -50,7 +51,7 @@ def main():
     ours, torch = load(sys.argv[1]), load(sys.argv[2])
     o, t = ours["results"], torch["results"]
     print(f"Host: {ours.get('host', '?')}; streampool intra-op pool {ours.get('cpu_threads', '?')} "
-          f"threads; PyTorch {torch.get('versions', {}).get('torch', '?')} with "
+          f"threads, bf16 path {ours.get('cpu_bf16_path', '?')}; PyTorch {torch.get('versions', {}).get('torch', '?')} with "
           f"{torch.get('versions', {}).get('torch_threads', '?')} threads.\n")
     print("| tokens | what | batch | streampool | PyTorch | ratio | target |")
     print("|---:|---|---:|---:|---:|---:|---|")
@@ -58,19 +59,30 @@ def main():
     seqs = sorted({int(r["workload"][len("minilm"):]) for r in o if r["workload"].startswith("minilm")})
     for seq in seqs:
         w = f"minilm{seq}"
-        batches = sorted({r["batch"] for r in o if r["workload"] == w and r["scenario"] == "forward"})
+        dtypes = sorted({r.get("dtype", "f32") for r in o if r["workload"] == w and r["scenario"] == "forward"},
+                        key=lambda d: (d != "f32", d))
+        for d in dtypes:
+            batches = sorted({r["batch"] for r in o if r["workload"] == w and r["scenario"] == "forward"
+                              and r.get("dtype", "f32") == d})
+            for b in batches:
+                us = rate(best(o, workload=w, scenario="forward", batch=b, dtype=d))
+                them = rate(best(t, workload=w, scenario="forward", batch=b, dtype=d))
+                x = ratio(us, them)
+                # The issue's targets are f32's; half precision is reported beside it, with
+                # its speed over our own f32 at the same point.
+                target = ">= 1.5x" if b in (1, 64) and d == "f32" else ""
+                if target:
+                    checks.append((f"{seq} tokens forward batch {b}", verdict(x, 1.5)))
+                extra = ""
+                if d != "f32":
+                    f32 = rate(best(o, workload=w, scenario="forward", batch=b, dtype="f32"))
+                    extra = f"{fmt(ratio(us, f32), 2)}x our f32"
+                print(f"| {seq} | forward {d} vs PyTorch eager {d} | {b} | {fmt(us)} | {fmt(them)} | "
+                      f"{fmt(x, 2)}x | {target} {verdict(x, 1.5) if target else extra} |")
+        batches = sorted({r["batch"] for r in o if r["workload"] == w and r["scenario"] == "ceiling"
+                          and r.get("dtype", "f32") == "f32"})
         for b in batches:
-            us = rate(best(o, workload=w, scenario="forward", batch=b))
-            them = rate(best(t, workload=w, scenario="forward", batch=b))
-            x = ratio(us, them)
-            target = ">= 1.5x" if b in (1, 64) else ""
-            if target:
-                checks.append((f"{seq} tokens forward batch {b}", verdict(x, 1.5)))
-            print(f"| {seq} | forward vs PyTorch eager | {b} | {fmt(us)} | {fmt(them)} | "
-                  f"{fmt(x, 2)}x | {target} {verdict(x, 1.5) if target else ''} |")
-        batches = sorted({r["batch"] for r in o if r["workload"] == w and r["scenario"] == "ceiling"})
-        for b in batches:
-            us = rate(best(o, workload=w, scenario="ceiling", batch=b))
+            us = rate(best(o, workload=w, scenario="ceiling", batch=b, dtype="f32"))
             them = rate(best(t, workload=w, scenario="ceiling", batch=b, dtype="f32"))
             x = ratio(us, them)
             target = ">= 1.5x" if b == 64 else ""

@@ -247,3 +247,52 @@ fn large_attention_and_softmax_match_the_small_path() {
         assert_eq!(run(b, 1), all[b * per..(b + 1) * per], "sequence {b}");
     }
 }
+
+#[test]
+fn split_matmul_with_bias_and_activation_matches_the_separate_kernels() {
+    let _serial = init();
+    // Large enough to be cut into tiles, each writing its block's bias and activation: the
+    // fused result must equal the product followed by the bias-and-activation kernel.
+    use streampool::{Activation, MatmulMath};
+    let dev = Device::cpu_with(DeviceConfig::default()).unwrap();
+    let (m, k, n) = (192, 128, 160);
+    let x = Tensor::from_vec(
+        ints(m * k, 11).iter().map(|v| v * 0.125).collect(),
+        &[m, k],
+        &dev,
+    )
+    .unwrap();
+    let w = Tensor::from_vec(
+        ints(k * n, 12).iter().map(|v| v * 0.0625).collect(),
+        &[k, n],
+        &dev,
+    )
+    .unwrap();
+    let b = Tensor::from_vec(ints(n, 13), &[n], &dev).unwrap();
+    for act in [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+    ] {
+        let fused = x
+            .matmul_bias_act(&w, &b, act, MatmulMath::Exact)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let separate = x
+            .matmul(&w)
+            .unwrap()
+            .bias_act(&b, act)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(fused.len(), m * n);
+        for (i, (f, s)) in fused.iter().zip(&separate).enumerate() {
+            assert!(
+                (f - s).abs() <= 1e-6 * s.abs().max(1.0),
+                "{act:?} [{i}]: {f} vs {s}"
+            );
+        }
+    }
+}

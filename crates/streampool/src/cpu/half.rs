@@ -3,15 +3,18 @@
 //! the same contract as the CUDA kernels (load as `f32`, compute in `f32`, round on store),
 //! so every dtype is tested in CI, where there is no GPU.
 
+use half::f16;
 use half::slice::HalfFloatSliceExt;
-use half::{bf16, f16};
 
 use crate::backend::DevicePtr;
+use crate::cpu::intra_op;
 use crate::kernel::{Kernel, MatOperand};
+use crate::sync::Mutex;
 use crate::DType;
 
 /// Widened (`f32`) copies of a kernel's inputs and outputs; the heap buffers never move
-/// while the pointers handed out are in use (pushing a `Vec` moves only its header).
+/// while the pointers handed out are in use (pushing a `Vec` moves only its header). They
+/// go back to [`SPARE`] when the kernel is done.
 #[derive(Default)]
 struct Widened {
     bufs: Vec<Vec<f32>>,
@@ -28,7 +31,7 @@ impl Widened {
     }
 
     fn output(&mut self, p: DevicePtr, len: usize, dt: DType) -> DevicePtr {
-        self.bufs.push(vec![0.0; len]);
+        self.bufs.push(zeroed(len));
         let i = self.bufs.len() - 1;
         self.outs.push((i, p, dt));
         DevicePtr(self.bufs[i].as_mut_ptr() as u64)
@@ -36,29 +39,114 @@ impl Widened {
 
     /// # Safety
     /// Every output pointer is valid for its buffer's length of writes of its dtype.
-    unsafe fn store(self) {
-        for (i, p, dt) in self.outs {
+    unsafe fn store(&self) {
+        for &(i, p, dt) in &self.outs {
             store(&self.bufs[i], p, dt);
         }
     }
 }
 
+impl Drop for Widened {
+    fn drop(&mut self) {
+        for v in self.bufs.drain(..) {
+            give(v);
+        }
+    }
+}
+
+/// Widened buffers kept for the next half kernels, at most [`SPARE_BYTES`] in all. A
+/// `bf16` forward widens a few tensors per layer (attention's input, the layer norms'); a
+/// fresh allocation of that size is a fresh `mmap` each time, whose page faults cost as
+/// much as the kernel (a batch of 64 x 128 tokens: tens of MB per kernel).
+static SPARE: std::sync::OnceLock<Mutex<Vec<Vec<f32>>>> = std::sync::OnceLock::new();
+
+/// The most bytes [`SPARE`] keeps.
+const SPARE_BYTES: usize = 256 << 20;
+
+fn spare() -> &'static Mutex<Vec<Vec<f32>>> {
+    SPARE.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// An empty buffer with room for `len` values: the smallest spare one that fits, or a new one.
+fn take(len: usize) -> Vec<f32> {
+    let mut spare = spare().lock();
+    let best = spare
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.capacity() >= len)
+        .min_by_key(|(_, v)| v.capacity())
+        .map(|(i, _)| i);
+    match best {
+        Some(i) => {
+            let mut v = spare.swap_remove(i);
+            v.clear();
+            v
+        }
+        None => Vec::with_capacity(len),
+    }
+}
+
+/// Keeps `v` for a later [`take`], dropping the smallest spares past [`SPARE_BYTES`].
+fn give(v: Vec<f32>) {
+    let bytes = |v: &Vec<f32>| v.capacity() * 4;
+    if bytes(&v) > SPARE_BYTES || v.capacity() == 0 {
+        return;
+    }
+    let mut spare = spare().lock();
+    spare.push(v);
+    while spare.iter().map(bytes).sum::<usize>() > SPARE_BYTES {
+        let smallest = (0..spare.len())
+            .min_by_key(|&i| spare[i].capacity())
+            .unwrap_or(0);
+        spare.swap_remove(smallest);
+    }
+}
+
+/// `len` zeros, in a spare buffer, written over the intra-op pool.
+fn zeroed(len: usize) -> Vec<f32> {
+    let mut v = take(len);
+    let dst = DevicePtr(v.as_mut_ptr() as u64);
+    intra_op::for_ranges(len, 1, |r| {
+        // SAFETY: `v` has capacity for `len` values; each range is this task's own piece,
+        // written through the raw pointer (no reference to uninitialized memory).
+        unsafe { std::ptr::write_bytes((dst.0 as *mut f32).add(r.start), 0, r.len()) }
+    });
+    // SAFETY: every one of the `len` values was written above.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// # Safety
 /// `p` is valid for `len` reads of `dt` (a float type).
 unsafe fn load(p: DevicePtr, len: usize, dt: DType) -> Vec<f32> {
-    let mut v = vec![0.0f32; len];
-    if len == 0 {
-        return v;
-    }
-    match dt {
-        DType::F16 => {
-            std::slice::from_raw_parts(p.0 as *const f16, len).convert_to_f32_slice(&mut v)
+    let mut v = take(len);
+    let dst = DevicePtr(v.as_mut_ptr() as u64);
+    // Large conversions (a batch's activations) split over the intra-op pool; values are
+    // written through the raw pointer into `v`'s spare capacity.
+    intra_op::for_ranges(len, 2, |r| {
+        // SAFETY: `v` has room for `len` values and each range is this task's own piece;
+        // `p` is valid for `len` reads of `dt`.
+        let out = (dst.0 as *mut f32).add(r.start);
+        match dt {
+            DType::F16 => {
+                let x = (p.0 as *const f16).add(r.start);
+                for i in 0..r.len() {
+                    out.add(i).write(x.add(i).read().to_f32());
+                }
+            }
+            // bf16 is the top half of an f32: widening is a shift (vectorizes).
+            DType::BF16 => {
+                let x = (p.0 as *const u16).add(r.start);
+                for i in 0..r.len() {
+                    out.add(i)
+                        .write(f32::from_bits(u32::from(x.add(i).read()) << 16));
+                }
+            }
+            _ => std::ptr::copy_nonoverlapping((p.0 as *const f32).add(r.start), out, r.len()),
         }
-        DType::BF16 => {
-            std::slice::from_raw_parts(p.0 as *const bf16, len).convert_to_f32_slice(&mut v)
-        }
-        _ => v.copy_from_slice(std::slice::from_raw_parts(p.0 as *const f32, len)),
-    }
+    });
+    // SAFETY: every one of the `len` values was written above.
+    v.set_len(len);
     v
 }
 
@@ -68,14 +156,23 @@ unsafe fn store(v: &[f32], p: DevicePtr, dt: DType) {
     if v.is_empty() {
         return;
     }
-    let n = v.len();
-    match dt {
-        DType::F16 => std::slice::from_raw_parts_mut(p.0 as *mut f16, n).convert_from_f32_slice(v),
-        DType::BF16 => {
-            std::slice::from_raw_parts_mut(p.0 as *mut bf16, n).convert_from_f32_slice(v)
+    intra_op::for_ranges(v.len(), 2, |r| {
+        let (s, n) = (r.start, r.len());
+        // SAFETY: each range is this task's own piece of the output (`p` valid for
+        // `v.len()` writes).
+        match dt {
+            DType::F16 => std::slice::from_raw_parts_mut((p.0 as *mut f16).add(s), n)
+                .convert_from_f32_slice(&v[r]),
+            // Branch-free rounding (ties to even), so the loop vectorizes.
+            DType::BF16 => {
+                let o = (p.0 as *mut u16).add(s);
+                for (i, &x) in v[r].iter().enumerate() {
+                    o.add(i).write(super::kernels::bf16::to_bf16(x));
+                }
+            }
+            _ => std::slice::from_raw_parts_mut((p.0 as *mut f32).add(s), n).copy_from_slice(&v[r]),
         }
-        _ => std::slice::from_raw_parts_mut(p.0 as *mut f32, n).copy_from_slice(v),
-    }
+    });
 }
 
 /// Elements a strided view of `shape` spans (0 if empty).
@@ -113,7 +210,9 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
         to,
     } = kernel
     {
-        store(&load(*x, *len, *from), *out, *to);
+        let v = load(*x, *len, *from);
+        store(&v, *out, *to);
+        give(v);
         return true;
     }
     let Some(dt) = kernel.float_dtype() else {
@@ -122,6 +221,51 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
     if dt == DType::F32 {
         return false;
     }
+    // A gather copies values as they are: no need to widen the whole table (a vocabulary's
+    // embeddings: 47 MB of f32 per call for MiniLM).
+    if let K::IndexSelect {
+        table,
+        ids,
+        out,
+        n_ids,
+        row_len,
+        table_rows,
+        ..
+    } = *kernel
+    {
+        index_select_u16(table, ids, out, n_ids, row_len, table_rows);
+        return true;
+    }
+    // bf16 products through the host's bf16 instructions where they fit.
+    if let K::Matmul {
+        a,
+        b,
+        bias,
+        act,
+        out,
+        batch,
+        m,
+        n,
+        k,
+        dtype: DType::BF16,
+        ..
+    } = kernel
+    {
+        if super::kernels::bf16::matmul(a, b, *bias, *act, *out, *batch, *m, *n, *k) {
+            return true;
+        }
+    }
+    run_widened(kernel, dt);
+    true
+}
+
+/// Runs a half `kernel` (of dtype `dt`) as its `f32` version on widened copies: the portable
+/// path of every half kernel.
+///
+/// # Safety
+/// As [`run_if_half`].
+pub(crate) unsafe fn run_widened(kernel: &Kernel, dt: DType) {
+    use Kernel as K;
     let f = DType::F32;
     let mut w = Widened::default();
     let widened = match kernel.clone() {
@@ -402,9 +546,41 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
             dim,
             dtype: f,
         },
-        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return false,
+        // No float dtype: `float_dtype` gave none, so run_if_half never hands these over.
+        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return,
     };
     super::kernels::run(&widened);
     w.store();
-    true
+}
+
+/// `Kernel::IndexSelect` on 2-byte values (f16, bf16): rows of `table` by `ids`, zeros (+0)
+/// for ids out of range, as the `f32` kernel.
+///
+/// # Safety
+/// `table` is valid for `table_rows * row_len` reads of 2 bytes each, `ids` for `n_ids`
+/// `i64` reads, `out` for `n_ids * row_len` writes.
+unsafe fn index_select_u16(
+    table: DevicePtr,
+    ids: DevicePtr,
+    out: DevicePtr,
+    n_ids: usize,
+    row_len: usize,
+    table_rows: usize,
+) {
+    if n_ids == 0 || row_len == 0 {
+        return;
+    }
+    intra_op::for_ranges(n_ids, row_len, |r| {
+        for i in r {
+            // SAFETY: row i of `out` is this task's own; id-th row of `table` is in bounds.
+            let id = (ids.0 as *const i64).add(i).read();
+            let dst = (out.0 as *mut u16).add(i * row_len);
+            if id < 0 || id as usize >= table_rows {
+                std::ptr::write_bytes(dst, 0, row_len);
+            } else {
+                let src = (table.0 as *const u16).add(id as usize * row_len);
+                std::ptr::copy_nonoverlapping(src, dst, row_len);
+            }
+        }
+    });
 }

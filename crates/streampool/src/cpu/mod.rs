@@ -7,7 +7,7 @@
 //! | memory    | 64-byte-aligned heap blocks                                    |
 //! | kernels   | vectorized loops and `gemm`, split over a shared pool ([`kernels`], [`intra_op`]) |
 
-mod half;
+pub(crate) mod half;
 pub(crate) mod intra_op;
 pub(crate) mod kernels;
 pub(crate) mod profile;

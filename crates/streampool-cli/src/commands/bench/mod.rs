@@ -351,6 +351,8 @@ pub fn run(args: Args) -> Result<()> {
         date: report::utc_now(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         cpu_threads: (dev.kind() == streampool::DeviceKind::Cpu).then(streampool::cpu_threads),
+        cpu_bf16_path: (dev.kind() == streampool::DeviceKind::Cpu)
+            .then(|| streampool::cpu_bf16_path().name().to_string()),
         host: Some(report::host_description()),
         results: Vec::new(),
         checks: Vec::new(),

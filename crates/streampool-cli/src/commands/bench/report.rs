@@ -158,6 +158,9 @@ pub struct Report {
     /// CPU device: threads of the intra-op pool that every stream shares.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_threads: Option<usize>,
+    /// CPU device: the path `bf16` products take (`amx`, `avx512` or `portable`; #24).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_bf16_path: Option<String>,
     /// The host's CPU model and the cores this process may use.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,

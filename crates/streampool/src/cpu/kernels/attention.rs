@@ -137,18 +137,8 @@ multiversion! {
     /// Softmax of every row of the `[seq, seq]` block over the keys with `keep[j] == 1`
     /// (padding keys get exactly 0; `keep` has at least one 1).
     unsafe fn masked_softmax(scores: &mut [f32], keep: &[f32]) {
-        let seq = keep.len();
-        for row in scores.chunks_exact_mut(seq) {
-            let mut max = f32::NEG_INFINITY;
-            for (&s, &k) in row.iter().zip(keep) {
-                max = max.max(if k != 0.0 { s } else { f32::NEG_INFINITY });
-            }
-            // exp is finite for any input, so padding keys are exactly 0 after the product.
-            row.iter_mut()
-                .zip(keep)
-                .for_each(|(s, &k)| *s = simd::exp(*s - max) * k);
-            let inv = 1.0 / simd::sum_f64(row) as f32;
-            row.iter_mut().for_each(|s| *s *= inv);
+        for row in scores.chunks_exact_mut(keep.len()) {
+            simd::softmax_in_place(row, Some(keep));
         }
     }
 }

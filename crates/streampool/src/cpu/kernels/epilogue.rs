@@ -43,7 +43,8 @@ pub(super) unsafe fn apply(out: DevicePtr, len: usize, act: Activation) {
 }
 
 multiversion! {
-    unsafe fn apply_piece(y: &mut [f32], act: Activation) {
+    /// `act` in place over `y` (one task's piece, or one row of a matmul tile).
+    pub(super) unsafe fn apply_piece(y: &mut [f32], act: Activation) {
         y.iter_mut().for_each(|v| *v = activate(act, *v));
     }
 }

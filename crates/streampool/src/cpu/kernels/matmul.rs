@@ -7,15 +7,17 @@ use gemm::Parallelism;
 
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
-use crate::kernel::MatOperand;
+use crate::kernel::{Activation, MatOperand};
 
-use super::dst_at;
+use super::{dst_at, epilogue};
 
-/// `Kernel::Matmul` in `f32`: `out[b] = a[b] @ b[b] (+ bias)`.
+/// `Kernel::Matmul` in `f32`: `out[b] = act(a[b] @ b[b] (+ bias))`.
 ///
 /// A large product is cut into a grid of tiles, each a single-threaded `gemm` call on a
-/// pool thread; a batch of small ones (attention scores of the generic path, say) runs one
-/// product per pool task instead.
+/// pool thread that also writes its block's bias first (the GEMM accumulates onto it) and
+/// applies the activation to its block after: one pass over the output. A batch of small
+/// products (attention scores of the generic path, say) runs one product per pool task
+/// instead, with the bias and the activation as passes of their own.
 ///
 /// # Safety
 /// The operands are valid for `[batch, m, k]` and `[batch, k, n]` under their strides, `out`
@@ -25,6 +27,7 @@ pub(super) unsafe fn matmul(
     a: &MatOperand,
     b: &MatOperand,
     bias: Option<DevicePtr>,
+    act: Activation,
     out: DevicePtr,
     batch: usize,
     m: usize,
@@ -35,24 +38,27 @@ pub(super) unsafe fn matmul(
         return;
     }
     let rows = batch * m;
-    // The bias goes in first and the GEMM accumulates onto it (`read_dst`): no second pass.
-    match bias {
-        Some(bias) => {
-            let bias = super::src(bias, n);
-            intra_op::for_ranges(rows, n, |r| {
-                for row in dst_at(out, r.start * n, r.len() * n).chunks_exact_mut(n) {
-                    row.copy_from_slice(bias);
-                }
-            });
+    let per_product = m.saturating_mul(n).saturating_mul(k);
+    let threads = intra_op::pool().map_or(1, |p| p.current_num_threads());
+    let split =
+        k > 0 && per_product >= gemm::get_threading_threshold() && threads > 1 && !gemm_threads();
+    if !split {
+        // The bias goes in first and the GEMM accumulates onto it (`read_dst`).
+        match bias {
+            Some(bias) => {
+                let bias = super::src(bias, n);
+                intra_op::for_ranges(rows, n, |r| {
+                    for row in dst_at(out, r.start * n, r.len() * n).chunks_exact_mut(n) {
+                        row.copy_from_slice(bias);
+                    }
+                });
+            }
+            // `gemm` with k == 0 and `read_dst` off leaves the output alone: zero it ourselves.
+            None if k == 0 => {
+                intra_op::for_ranges(rows, n, |r| dst_at(out, r.start * n, r.len() * n).fill(0.0))
+            }
+            None => {}
         }
-        // `gemm` with k == 0 and `read_dst` off leaves the output alone: zero it ourselves.
-        None if k == 0 => {
-            intra_op::for_ranges(rows, n, |r| dst_at(out, r.start * n, r.len() * n).fill(0.0))
-        }
-        None => {}
-    }
-    if k == 0 {
-        return;
     }
     let read_dst = bias.is_some();
     // One tile of one product: rows `i` x columns `j` of `out[bi]`, single-threaded in `gemm`
@@ -84,9 +90,7 @@ pub(super) unsafe fn matmul(
             par,
         );
     };
-    let per_product = m.saturating_mul(n).saturating_mul(k);
-    let threads = intra_op::pool().map_or(1, |p| p.current_num_threads());
-    if per_product < gemm::get_threading_threshold() || threads == 1 {
+    if k > 0 && !split && (per_product < gemm::get_threading_threshold() || threads == 1) {
         // Products too small to split (or no pool): one per task, if there are several.
         // Sending raw pointers across threads is sound: every task writes its own
         // `out[bi]` block only.
@@ -96,35 +100,52 @@ pub(super) unsafe fn matmul(
                 tile(bi, 0..m, 0..n, Parallelism::None);
             }
         });
-    } else if gemm_threads() {
+    } else if k > 0 && !split {
         intra_op::run(usize::MAX, || {
             for bi in 0..batch {
                 tile(bi, 0..m, 0..n, Parallelism::Rayon(0));
             }
         });
-    } else {
-        // Our own split: a grid of tiles, each a single-threaded `gemm`, a few per pool
-        // thread. Rows split first (each tile packs its own slice of `b`, a cost of one row
-        // block per tile: small against the tile's product); columns once rows run out (a
-        // batch-1 forward has 32 rows). bench/results/cpu-2026-11-24-s6 compares the two
-        // splits on a 16-core Xeon.
-        let (per_thread, min_rows) = tiling();
-        let (pm, pn) = grid(m, n, per_thread * threads, min_rows);
-        let (bm, bn) = (m.div_ceil(pm), n.div_ceil(pn));
-        let tiles = batch * pm * pn;
-        let tile = &tile;
-        intra_op::for_ranges(tiles, per_product / (pm * pn), |r| {
-            for t in r {
-                let (bi, rest) = (t / (pm * pn), t % (pm * pn));
-                let (ti, tj) = (rest / pn, rest % pn);
-                let i = ti * bm..((ti + 1) * bm).min(m);
-                let j = tj * bn..((tj + 1) * bn).min(n);
-                if !i.is_empty() && !j.is_empty() {
-                    tile(bi, i, j, Parallelism::None);
+    }
+    if !split {
+        epilogue::apply(out, rows * n, act);
+        return;
+    }
+    // Our own split: a grid of tiles, each a single-threaded `gemm`, a few per pool thread,
+    // each writing its block's bias before and its activation after. Rows split first (each
+    // tile packs its own slice of `b`, a cost of one row block per tile: small against the
+    // tile's product); columns once rows run out (a batch-1 forward has 32 rows).
+    // bench/results/cpu-2026-11-24-s6 compares the two splits on a 16-core Xeon.
+    let bias = bias.map(|p| super::src(p, n));
+    let (per_thread, min_rows) = tiling();
+    let (pm, pn) = grid(m, n, per_thread * threads, min_rows);
+    let (bm, bn) = (m.div_ceil(pm), n.div_ceil(pn));
+    let tiles = batch * pm * pn;
+    let tile = &tile;
+    intra_op::for_ranges(tiles, per_product / (pm * pn), |r| {
+        for t in r {
+            let (bi, rest) = (t / (pm * pn), t % (pm * pn));
+            let (ti, tj) = (rest / pn, rest % pn);
+            let i = ti * bm..((ti + 1) * bm).min(m);
+            let j = tj * bn..((tj + 1) * bn).min(n);
+            if i.is_empty() || j.is_empty() {
+                continue;
+            }
+            // The block's rows: each task owns its (bi, i, j) block of `out`.
+            let row = |r: usize| dst_at(out, bi * m * n + r * n + j.start, j.len());
+            if let Some(bias) = bias {
+                for r in i.clone() {
+                    row(r).copy_from_slice(&bias[j.clone()]);
                 }
             }
-        });
-    }
+            tile(bi, i.clone(), j.clone(), Parallelism::None);
+            if act != Activation::Identity {
+                for r in i.clone() {
+                    epilogue::apply_piece(row(r), act);
+                }
+            }
+        }
+    });
 }
 
 /// Row and column blocks for about `tasks` tiles of an `m x n` product: rows in blocks of at

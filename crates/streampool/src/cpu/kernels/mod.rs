@@ -5,6 +5,7 @@
 //! ([`simd`]). Half kernels run as their `f32` versions on widened copies ([`super::half`]).
 
 mod attention;
+pub(crate) mod bf16;
 mod elementwise;
 mod epilogue;
 mod gated;
@@ -76,8 +77,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             k,
             ..
         } => {
-            matmul::matmul(a, b, *bias, *out, *batch, *m, *n, *k);
-            epilogue::apply(*out, batch * m * n, *act);
+            matmul::matmul(a, b, *bias, *act, *out, *batch, *m, *n, *k);
         }
         Kernel::Unary {
             op, x, out, len, ..

@@ -133,6 +133,69 @@ pub(crate) fn erf(x: f32) -> f32 {
     }
 }
 
+/// Softmax of `row` in place, over the entries whose `keep` is 1 (the others, padding keys,
+/// get exactly 0; `keep`, if given, has at least one 1): the one loop of `Kernel::Softmax`
+/// and of attention's masked softmax. The sum is taken in `f64` (an `f32` running sum
+/// drifts past 1e-5 on long rows).
+#[inline(always)]
+pub(crate) fn softmax_in_place(row: &mut [f32], keep: Option<&[f32]>) {
+    match keep {
+        None => {
+            let max = max(row);
+            row.iter_mut().for_each(|s| *s = exp(*s - max));
+        }
+        Some(keep) => {
+            let mut max = f32::NEG_INFINITY;
+            for (&s, &k) in row.iter().zip(keep) {
+                max = max.max(if k != 0.0 { s } else { f32::NEG_INFINITY });
+            }
+            // exp is finite for any input, so padding keys are exactly 0 after the product.
+            row.iter_mut()
+                .zip(keep)
+                .for_each(|(s, &k)| *s = exp(*s - max) * k);
+        }
+    }
+    let inv = (1.0 / sum_f64(row)) as f32;
+    row.iter_mut().for_each(|s| *s *= inv);
+}
+
+/// `tanh(x)` for `f32`, branch-free: Eigen's rational approximation on `[-7.9, 7.9]` (a
+/// few ulp; 2.6e-7 from the true value), and exactly +-1 beyond (so GELU is exactly 0 far
+/// below 0). One division and no `exp`, like [`erf`].
+#[inline(always)]
+pub(crate) fn tanh(x: f32) -> f32 {
+    let saturated = x.abs() >= 7.905_311;
+    let sign = 1.0f32.copysign(x);
+    let x = x.clamp(-7.905_311, 7.905_311);
+    let x2 = x * x;
+    let mut p = -2.760_768_5e-16f32;
+    p = p * x2 + 2.000_188e-13;
+    p = p * x2 - 8.604_672e-11;
+    p = p * x2 + 5.122_297e-8;
+    p = p * x2 + 1.485_722_4e-5;
+    p = p * x2 + 6.372_619_3e-4;
+    p = p * x2 + 4.893_524_6e-3;
+    let mut q = 1.198_258_4e-6f32;
+    q = q * x2 + 1.185_347_1e-4;
+    q = q * x2 + 2.268_434_6e-3;
+    q = q * x2 + 4.893_525e-3;
+    if saturated {
+        sign
+    } else {
+        x * p / q
+    }
+}
+
+/// GELU in its tanh form, `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, through the
+/// vectorizable [`tanh`]: within 1e-6 (absolute, near 0) or a few `f32` ulp of the `f64` form
+/// of `epilogue::gelu_tanh`, for the `bf16` products' epilogue (whose result is rounded to 8
+/// bits).
+#[inline(always)]
+pub(crate) fn gelu_tanh_fast(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // sqrt(2 / pi)
+    0.5 * x * (1.0 + tanh(K * (x + 0.044_715 * x * x * x)))
+}
+
 /// GELU in its exact (erf) form, as BERT uses it, with the vectorizable [`erf`].
 #[inline(always)]
 pub(crate) fn gelu(x: f32) -> f32 {
@@ -195,6 +258,25 @@ pub(crate) fn max(x: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gelu_tanh_fast_is_close_to_the_f64_form() {
+        let worst = (-1000..1000)
+            .map(|i| i as f32 / 100.0)
+            .map(|x| {
+                let (f, r) = (
+                    gelu_tanh_fast(x),
+                    crate::cpu::kernels::epilogue::gelu_tanh(x),
+                );
+                (f - r).abs() - 1e-5 * r.abs()
+            })
+            .fold(0.0f32, f32::max);
+        // 1e-5 relative, plus 1e-6 absolute where 1 + tanh cancels (x near -3).
+        assert!(worst < 1e-6, "worst gap {worst}");
+        assert_eq!(gelu_tanh_fast(0.0), 0.0);
+        assert_eq!(gelu_tanh_fast(-100.0), 0.0);
+        assert_eq!(gelu_tanh_fast(100.0), 100.0);
+    }
 
     #[test]
     fn exp_is_within_a_few_ulp_of_f64() {
