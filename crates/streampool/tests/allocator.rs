@@ -11,7 +11,9 @@ use std::thread;
 use std::time::Duration;
 
 use streampool::allocator::size_class;
-use streampool::{AllocatorStats, Device, DeviceConfig, Error, Stream, StreamGuard, Tensor};
+use streampool::{
+    AllocatorStats, Device, DeviceConfig, DeviceKind, Error, Stream, StreamGuard, Tensor,
+};
 
 fn ints(len: usize, seed: u64) -> Vec<f32> {
     (0..len as u64)
@@ -54,8 +56,17 @@ fn freed_while_a_slow_stream_reads(
 ) -> (Tensor, Vec<f32>, streampool::Event) {
     let data = ints(LEN, 11);
     let x = on(sw, || Tensor::from_vec(data.clone(), &[LEN], dev).unwrap());
+    // The callers check that the host did not wait for this read: it must still be queued
+    // when they look. On a GPU, other test threads compiling kernels on every core can hold
+    // this one off the CPU for hundreds of ms (the wgpu suite on the H100 missed a 300 ms
+    // window that way), so GPUs get a wider one; the CPU's workers share its cores with the
+    // test threads alike but have no compiles to wait for.
+    let delay = match dev.kind() {
+        DeviceKind::Cpu => Duration::from_millis(300),
+        _ => Duration::from_millis(1500),
+    };
     let y = on(sr, || {
-        sr.debug_delay(Duration::from_millis(300)).unwrap();
+        sr.debug_delay(delay).unwrap();
         x.affine(1.0, 0.5).unwrap()
     });
     let read_done = sr.record_event().unwrap();
