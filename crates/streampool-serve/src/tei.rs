@@ -158,15 +158,8 @@ pub async fn embed(
 ) -> std::result::Result<Response, TeiError> {
     phase(Phase::Read);
     let Body(body) = body?;
-    let req: EmbedRequest = serde_json::from_slice(&body)
-        .map_err(|e| TeiError::validation(format!("malformed embed request: {e}")))?;
-    if let Some(dir) = req.truncation_direction.as_deref() {
-        if !dir.eq_ignore_ascii_case("right") {
-            return Err(TeiError::validation(format!(
-                "truncation_direction {dir:?} is not supported: only \"right\""
-            )));
-        }
-    }
+    let req: EmbedRequest = parse(&body, "embed")?;
+    check_direction(req.truncation_direction.as_deref())?;
     let name = state.registry.first_embedder().ok_or_else(|| {
         TeiError::new(
             StatusCode::FAILED_DEPENDENCY,
@@ -339,8 +332,7 @@ pub async fn rerank(
 ) -> std::result::Result<Response, TeiError> {
     phase(Phase::Read);
     let Body(body) = body?;
-    let req: RerankRequest = serde_json::from_slice(&body)
-        .map_err(|e| TeiError::validation(format!("malformed rerank request: {e}")))?;
+    let req: RerankRequest = parse(&body, "rerank")?;
     check_direction(req.truncation_direction.as_deref())?;
     let model = classifier(&state)?;
     let c = as_classifier(&model)?;
@@ -391,6 +383,16 @@ pub async fn rerank(
     Ok(resp)
 }
 
+/// A request body of route `what`, or TEI's validation error naming the route.
+fn parse<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> std::result::Result<T, TeiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| TeiError::validation(format!("malformed {what} request: {e}")))
+}
+
+/// Only right truncation is offered; TEI's other direction is refused by name.
 fn check_direction(dir: Option<&str>) -> std::result::Result<(), TeiError> {
     match dir {
         Some(d) if !d.eq_ignore_ascii_case("right") => Err(TeiError::validation(format!(
@@ -471,8 +473,7 @@ pub async fn predict(
 ) -> std::result::Result<Response, TeiError> {
     phase(Phase::Read);
     let Body(body) = body?;
-    let req: PredictRequest = serde_json::from_slice(&body)
-        .map_err(|e| TeiError::validation(format!("malformed predict request: {e}")))?;
+    let req: PredictRequest = parse(&body, "predict")?;
     check_direction(req.truncation_direction.as_deref())?;
     let model = classifier(&state)?;
     let c = as_classifier(&model)?;
