@@ -5,9 +5,8 @@
 
 use streampool::Device;
 
-use crate::layers::{
-    LayerNorm, Linear, LinearParams, Mlp, MultiheadAttention, Norm, TransformerEncoderLayer,
-};
+use super::LayerWeights;
+use crate::layers::{LayerNorm, Linear, Mlp, Norm, TransformerEncoderLayer};
 use crate::weights::WeightFile;
 use crate::{BertConfig, Result};
 
@@ -21,16 +20,13 @@ pub(crate) fn load_layer(
     device: &Device,
 ) -> Result<TransformerEncoderLayer> {
     let (h, i, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps as f32);
-    let p = |name: &str, out: usize, inp: usize| {
-        LinearParams::load_optional_bias(file, &format!("{prefix}.{name}"), out, inp)
-    };
-    let qkv = p("attn.Wqkv", 3 * h, h)?;
-    let attn = MultiheadAttention::from_fused_qkv(
-        &qkv,
-        &p("attn.Wo", h, h)?,
-        c.num_attention_heads,
+    let w = LayerWeights {
+        file,
+        prefix,
         device,
-    )?;
+    };
+    let p = |name: &str, out: usize, inp: usize| w.linear(name, out, inp);
+    let attn = w.fused_attention("attn.Wqkv", "attn.Wo", c)?;
     // Wi's first half is activated and gates nothing: the gated MLP's own layout.
     let mlp = Mlp::gated(
         Linear::new(&p("mlp.Wi", 2 * i, h)?, device)?,

@@ -4,6 +4,7 @@
 
 use streampool::Device;
 
+use super::LayerWeights;
 use crate::layers::{
     AttentionOptions, Linear, LinearParams, Mlp, MultiheadAttention, Norm, RmsNorm,
     TransformerEncoderLayer,
@@ -20,9 +21,12 @@ pub(crate) fn load_layer(
 ) -> Result<TransformerEncoderLayer> {
     let (h, i, d) = (c.hidden_size, c.intermediate_size, c.head_dim());
     let (nh, nkv, eps) = (c.num_attention_heads, c.kv_heads(), c.norm_eps());
-    let p = |name: &str, out: usize, inp: usize| {
-        LinearParams::load_optional_bias(file, &format!("{prefix}.{name}"), out, inp)
+    let w = LayerWeights {
+        file,
+        prefix,
+        device,
     };
+    let p = |name: &str, out: usize, inp: usize| w.linear(name, out, inp);
     let gamma = |name: &str, dim: usize| file.get(&format!("{prefix}.{name}.weight"), &[dim]);
     let options = AttentionOptions {
         kv_heads: Some(nkv),
