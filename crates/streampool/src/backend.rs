@@ -92,6 +92,12 @@ pub(crate) trait BackendStream: Send + Sync {
         act == Activation::Identity
     }
 
+    /// Whether [`Kernel::Matmul`] should carry a [`crate::kernel::PackSlot`] for a right
+    /// operand that is a plain matrix (a weight): the backend packs it once and reuses it.
+    fn prepacks_matmul_weights(&self) -> bool {
+        false
+    }
+
     /// Whether the backend can capture graphs (else callers run eagerly).
     fn has_graphs(&self) -> bool {
         false

@@ -8,6 +8,9 @@
 //! or wider. Indices are `i64`. All sizes and strides are in elements; every output is
 //! contiguous and row-major.
 
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
+
 use crate::device_ptr::DevicePtr;
 use crate::tensor::Dims;
 use crate::DType;
@@ -30,6 +33,54 @@ pub struct MatOperand {
     pub batch_stride: usize,
     pub rs: usize,
     pub cs: usize,
+}
+
+/// Room for a backend's own copy of a [`Kernel::Matmul`] right operand: a weight packed
+/// into the layout the backend's GEMM reads, built by the first product that uses it and
+/// reused by every later one, on any stream or thread (the CPU backend's prepacked
+/// weights).
+///
+/// The tensor layer attaches one to products whose right operand is a plain matrix kept in
+/// a storage that is written once and never again (every storage but a graph pool's), one
+/// slot per storage, living as long as it does. The slot is filled once
+/// ([`OnceLock`]): after that, reading it takes no lock. What a backend puts there says
+/// which operand it packed (pointer, strides, shape); a product whose operand differs (the
+/// same storage under another view) packs per call as without a slot.
+#[derive(Clone, Default)]
+pub struct PackSlot(Arc<OnceLock<Box<dyn Any + Send + Sync>>>);
+
+impl PackSlot {
+    /// The packed operand, built by `pack` on first use (a concurrent first caller waits
+    /// for it).
+    pub fn get_or_init(
+        &self,
+        pack: impl FnOnce() -> Box<dyn Any + Send + Sync>,
+    ) -> &(dyn Any + Send + Sync) {
+        self.0.get_or_init(pack).as_ref()
+    }
+
+    /// The packed operand, if some product built it.
+    pub fn get(&self) -> Option<&(dyn Any + Send + Sync)> {
+        self.0.get().map(|b| b.as_ref())
+    }
+}
+
+impl std::fmt::Debug for PackSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = if self.0.get().is_some() {
+            "packed"
+        } else {
+            "empty"
+        };
+        write!(f, "PackSlot({state})")
+    }
+}
+
+/// Two slots are equal when they are the same slot.
+impl PartialEq for PackSlot {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// How an `F32` matmul may use the tensor cores. Half-precision matmuls always do (with
@@ -146,9 +197,11 @@ pub enum Kernel {
     /// `out: [batch, m, n]`; `bias[j]` (`n` contiguous elements, optional) is added to every
     /// output column `j`, then `act` applied (`Identity` unless `bias` is set). The CUDA
     /// backend does both in the GEMM's epilogue where cuBLASLt has one for `act`.
+    /// `b_pack` (CPU): where `b`, a weight, may be kept packed between calls ([`PackSlot`]).
     Matmul {
         a: MatOperand,
         b: MatOperand,
+        b_pack: Option<PackSlot>,
         bias: Option<DevicePtr>,
         act: Activation,
         out: DevicePtr,

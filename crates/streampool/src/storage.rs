@@ -10,10 +10,13 @@
 //! The per-op path is lock-free in the common cases: uses of slots below 64 are bits of an
 //! atomic mask, and a write known to be complete is a flag.
 
+use std::sync::OnceLock;
+
 use smallvec::SmallVec;
 
 use crate::allocator::{Block, Guard, Guards};
 use crate::backend::{BackendEvent, DevicePtr};
+use crate::kernel::PackSlot;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::{Device, Result, Stream};
 
@@ -41,6 +44,9 @@ pub(crate) struct Storage {
     track: Mutex<Track>,
     /// The block belongs to a graph's pool (`crate::graph`): the graph gives it back, not us.
     graph_owned: bool,
+    /// A backend's packed copy of the contents, made on first use as a matmul weight
+    /// ([`PackSlot`]); empty for every other storage (no allocation until asked).
+    pack: OnceLock<PackSlot>,
 }
 
 impl Storage {
@@ -62,6 +68,7 @@ impl Storage {
                 more_uses: Vec::new(),
             }),
             graph_owned: false,
+            pack: OnceLock::new(),
         };
         storage.note_use(writer.index());
         storage
@@ -78,6 +85,13 @@ impl Storage {
     pub(crate) fn graph_owned(mut self) -> Self {
         self.graph_owned = true;
         self
+    }
+
+    /// The slot where a backend may keep these contents packed as a matmul operand; `None`
+    /// for a graph pool's block, which every replay writes again (all other storages are
+    /// written once, by the op that made them, so a packed copy never goes stale).
+    pub(crate) fn pack_slot(&self) -> Option<PackSlot> {
+        (!self.graph_owned).then(|| self.pack.get_or_init(PackSlot::default).clone())
     }
 
     pub(crate) fn device(&self) -> &Device {

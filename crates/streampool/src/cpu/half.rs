@@ -240,6 +240,7 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
     if let K::Matmul {
         a,
         b,
+        b_pack,
         bias,
         act,
         out,
@@ -251,7 +252,18 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
         ..
     } = kernel
     {
-        if super::kernels::bf16::matmul(a, b, *bias, *act, *out, *batch, *m, *n, *k) {
+        if super::kernels::bf16::matmul(
+            a,
+            b,
+            b_pack.as_ref(),
+            *bias,
+            *act,
+            *out,
+            *batch,
+            *m,
+            *n,
+            *k,
+        ) {
             return true;
         }
     }
@@ -290,6 +302,8 @@ pub(crate) unsafe fn run_widened(kernel: &Kernel, dt: DType) {
             math,
             ..
         } => K::Matmul {
+            // The widened copy is a temporary: nothing to keep packed.
+            b_pack: None,
             bias: bias.map(|p| w.input(p, n, dt)),
             act,
             a: MatOperand {

@@ -237,6 +237,10 @@ impl BackendStream for CpuStream {
         true // applied right after the bias, as the bias kernel would
     }
 
+    fn prepacks_matmul_weights(&self) -> bool {
+        true // packed into the GEMM's panels once, not on every call (kernels::sgemm)
+    }
+
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         if timing {
             let cell = Arc::new(Mutex::new(None));

@@ -222,6 +222,7 @@ impl Launcher<'_> {
                 k,
                 dtype,
                 math,
+                b_pack: _,
             } => {
                 if batch == 0 || rows == 0 || n == 0 {
                     return Ok(());

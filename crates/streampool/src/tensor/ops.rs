@@ -287,6 +287,22 @@ impl Tensor {
         };
         let a = mat_operand(self)?;
         let b = mat_operand(rhs)?;
+        // A plain matrix (a weight, not a batch of them) kept in its own storage: the backend
+        // may pack it once for every later product. Copied operands (`Cow::Owned`) are
+        // temporaries, packed per call.
+        let b_pack = match (&b.0, br) {
+            (Cow::Borrowed(t), 2) => {
+                let wants = crate::stream_pool::with_current_stream(self.device(), |s| {
+                    Ok(s.inner.prepacks_matmul_weights())
+                })?;
+                if wants {
+                    t.storage().pack_slot()
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
         let mut shape = Dims::from_slice(batch_dims);
         shape.extend([m, n]);
         let (ao, bo, dtype) = (a.1, b.1, self.dtype());
@@ -297,6 +313,7 @@ impl Tensor {
             Kernel::Matmul {
                 a: ao,
                 b: bo,
+                b_pack,
                 bias: bias_ptr,
                 act,
                 out: o,

@@ -1,5 +1,6 @@
-//! Matrix products, through the `gemm` crate (vectorized for the host's instruction set,
-//! parallel over the intra-op pool).
+//! Matrix products through the `gemm` crate (vectorized for the host's instruction set,
+//! parallel over the intra-op pool): the products [`super::sgemm`] leaves (operands without
+//! a weight slot, batches of distinct matrices, hosts without AVX2).
 
 use std::ops::Range;
 

@@ -16,6 +16,7 @@ mod pool;
 mod reduce;
 mod rms_norm;
 mod rope;
+pub(crate) mod sgemm;
 pub(crate) mod simd;
 mod strided;
 
@@ -68,6 +69,7 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
         Kernel::Matmul {
             a,
             b,
+            b_pack,
             bias,
             act,
             out,
@@ -77,7 +79,12 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             k,
             ..
         } => {
-            matmul::matmul(a, b, *bias, *act, *out, *batch, *m, *n, *k);
+            let prepacked = b_pack.as_ref().is_some_and(|slot| {
+                sgemm::matmul(a, b, slot, *bias, *act, *out, *batch, *m, *n, *k)
+            });
+            if !prepacked {
+                matmul::matmul(a, b, *bias, *act, *out, *batch, *m, *n, *k);
+            }
         }
         Kernel::Unary {
             op, x, out, len, ..

@@ -8,16 +8,16 @@
 //! | [`Bf16Path::Portable`] | any | `f32` `gemm` on widened copies | the `f32` product of the rounded inputs |
 //!
 //! The weight (`b`, `[k, n]` under any strides: a `Linear` keeps `W^T` contiguous) is
-//! converted to `bf16` once, when the model loads, and packed per call into the layout both
-//! instructions want: blocks of columns whose neighbours along `k` form one 32-bit pair,
-//! `[n / block][k / 2][block]` words ([`pack_b`]; block 12 for the vector kernel's 12
-//! broadcasts, 16 for an AMX `B` tile in VNNI form). The vector kernel also packs the
+//! converted to `bf16` once, when the model loads, and packed on its first product into the
+//! layout both instructions want: blocks of columns whose neighbours along `k` form one
+//! 32-bit pair, `[n / block][k / 2][block]` words ([`pack_b`]; block 12 for the vector
+//! kernel's 12 broadcasts, 16 for an AMX `B` tile in VNNI form). The packed weight is kept in
+//! the weight's [`PackSlot`] and reused by every later product; an operand without one (a
+//! batch of matrices, a temporary) is packed per call. The vector kernel also packs the
 //! activations (panels of 16 rows, pairs interleaved: its 16 `f32` lanes are rows, and each
 //! tile of the output is turned back on a small buffer); AMX loads them where they lie (16
 //! rows of 32 neighbours are one `A` tile). The bias is added in `f32`, then the activation
-//! and the one rounding to `bf16`, per tile. Packing the weight per call costs `n * k`
-//! words: a few percent of a batch's product, more at batch 1 (prepacking at load needs a
-//! packed-weight tensor the runtime does not have yet).
+//! and the one rounding to `bf16`, per tile.
 //!
 //! The path is chosen once per process: the best the host has, or `STREAMPOOL_CPU_BF16=amx`,
 //! `avx512` or `portable` (a path the host lacks falls back to the best it has). Products
@@ -37,7 +37,7 @@ use half::slice::HalfFloatSliceExt;
 
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
-use crate::kernel::{Activation, MatOperand};
+use crate::kernel::{Activation, MatOperand, PackSlot};
 use crate::sync::Mutex;
 
 /// The environment variable that forces a `bf16` matmul path.
@@ -131,6 +131,7 @@ pub fn cpu_bf16_path() -> Bf16Path {
 pub(crate) unsafe fn matmul(
     a: &MatOperand,
     b: &MatOperand,
+    b_pack: Option<&PackSlot>,
     bias: Option<DevicePtr>,
     act: Activation,
     out: DevicePtr,
@@ -139,18 +140,32 @@ pub(crate) unsafe fn matmul(
     n: usize,
     k: usize,
 ) -> bool {
-    matmul_on(cpu_bf16_path(), a, b, bias, act, out, batch, m, n, k)
+    matmul_on(
+        cpu_bf16_path(),
+        a,
+        b,
+        b_pack,
+        bias,
+        act,
+        out,
+        batch,
+        m,
+        n,
+        k,
+    )
 }
 
 /// [`matmul`] through a given path (tests run each one the host has).
 ///
 /// # Safety
-/// As [`matmul`]; `path` is available on this host.
+/// As [`matmul`]; `path` is available on this host; `b_pack`, if any, is only ever given
+/// products whose `b` has the contents it had when the slot was filled.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn matmul_on(
     path: Bf16Path,
     a: &MatOperand,
     b: &MatOperand,
+    b_pack: Option<&PackSlot>,
     bias: Option<DevicePtr>,
     act: Activation,
     out: DevicePtr,
@@ -183,23 +198,51 @@ pub(crate) unsafe fn matmul_on(
         act,
     };
     let kp = k / 2;
+    #[cfg(target_arch = "x86_64")]
+    let block = if use_amx { 16 } else { avx512::NR };
+    #[cfg(not(target_arch = "x86_64"))]
+    let block = 16;
+    // One matrix for every product: packed once into the weight's slot, if it has one.
+    let cached = b_pack
+        .filter(|_| batch == 1 || b.batch_stride == 0)
+        .and_then(|slot| {
+            let key = PackKey::of(b, n, k, block);
+            let words = || Box::new((key, pack_b(b, 0, n, kp, block, Vec::new()))) as _;
+            slot.get_or_init(words)
+                .downcast_ref::<(PackKey, Vec<u32>)>()
+                .filter(|(have, _)| *have == key)
+                .map(|(_, w)| w.as_slice())
+        });
+    // The weight of product `bi`: the cached one, or packed now (into a spare buffer).
+    let weight = |bi: usize| match cached {
+        Some(w) => std::borrow::Cow::Borrowed(w),
+        None => {
+            let spare = SPARE_W.take(n.div_ceil(block) * kp * block);
+            std::borrow::Cow::Owned(pack_b(b, bi, n, kp, block, spare))
+        }
+    };
+    let give = |w: std::borrow::Cow<[u32]>| {
+        if let std::borrow::Cow::Owned(w) = w {
+            SPARE_W.give(w)
+        }
+    };
     let mut packed_a = Vec::new();
     for bi in 0..batch {
         let c = DevicePtr(out.0 + (bi * m * n * 2) as u64);
         // SAFETY: the path is available (the caller's contract); the packed operands are
-        // built here from a[bi] and b[bi] in bounds, and `out[bi]` is this product's own
-        // `m x n`.
+        // built here from a[bi] and b[bi] in bounds (or were, for the cached weight, from
+        // the same unchanged matrix), and `out[bi]` is this product's own `m x n`.
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         if use_amx {
-            let w = pack_b(b, bi, n, kp, 16);
+            let w = weight(bi);
             let a_bi = DevicePtr(a.ptr.0 + (bi * a.batch_stride * 2) as u64);
             amx::product(a_bi, a.rs, &w, kp, c, m, n, &epi);
-            SPARE_W.give(w);
+            give(w);
             continue;
         }
         #[cfg(target_arch = "x86_64")]
         {
-            let w = pack_b(b, bi, n, kp, avx512::NR);
+            let w = weight(bi);
             if packed_a.is_empty() {
                 // Every element is written by pack_rows (rows past m as zeros).
                 packed_a = SPARE_A.take(m.div_ceil(16).next_multiple_of(2) * kp * 32);
@@ -210,16 +253,43 @@ pub(crate) unsafe fn matmul_on(
                 kp,
             };
             avx512::product(&p, &w, c, m, n, &epi);
-            SPARE_W.give(w);
+            give(w);
         }
     }
     SPARE_A.give(packed_a);
     true
 }
 
-/// `b[bi]` (`[k, n]`, any strides) packed in blocks of `block` columns: word
-/// `(jb * kp + s) * block + j` holds `b[2s][col]` (low half) and `b[2s + 1][col]` for column
-/// `col = jb * block + j` (the last block repeats column `n - 1`, whose sums are dropped).
+/// Which matrix a cached packed weight was made from: a slot's contents are used only by a
+/// product of this very operand (its storage never changes, so the same view is the same
+/// matrix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PackKey {
+    ptr: u64,
+    rs: usize,
+    cs: usize,
+    n: usize,
+    k: usize,
+    block: usize,
+}
+
+impl PackKey {
+    fn of(b: &MatOperand, n: usize, k: usize, block: usize) -> Self {
+        Self {
+            ptr: b.ptr.0,
+            rs: b.rs,
+            cs: b.cs,
+            n,
+            k,
+            block,
+        }
+    }
+}
+
+/// `b[bi]` (`[k, n]`, any strides) packed in blocks of `block` columns into `v` (resized):
+/// word `(jb * kp + s) * block + j` holds `b[2s][col]` (low half) and `b[2s + 1][col]` for
+/// column `col = jb * block + j` (the last block repeats column `n - 1`, whose sums are
+/// dropped).
 ///
 /// # Safety
 /// `b` is valid for `[batch, 2 * kp, n]` reads of `bf16` under its strides.
@@ -229,10 +299,11 @@ pub(crate) unsafe fn pack_b(
     n: usize,
     kp: usize,
     block: usize,
+    mut v: Vec<u32>,
 ) -> Vec<u32> {
     let blocks = n.div_ceil(block);
     // Every word is written below.
-    let mut v = SPARE_W.take(blocks * kp * block);
+    v.resize(blocks * kp * block, 0);
     let dst = DevicePtr(v.as_mut_ptr() as u64);
     let base = DevicePtr(b.ptr.0 + (bi * b.batch_stride * 2) as u64);
     let (rs, cs) = (b.rs, b.cs);

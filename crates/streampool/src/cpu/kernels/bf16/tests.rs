@@ -7,7 +7,7 @@ use half::bf16;
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::kernel::{Activation, MatOperand};
+use crate::kernel::{Activation, MatOperand, PackSlot};
 
 fn paths() -> Vec<Bf16Path> {
     [Bf16Path::Amx, Bf16Path::Avx512Bf16]
@@ -65,6 +65,7 @@ fn check(
             path,
             &ao,
             &bo,
+            None,
             bias_ptr,
             act,
             DevicePtr(out.as_mut_ptr() as u64),
@@ -165,6 +166,7 @@ fn the_portable_path_matches_f64_and_the_fast_paths() {
     let kernel = Kernel::Matmul {
         a: ao,
         b: bo,
+        b_pack: None,
         bias: Some(DevicePtr(bias.as_ptr() as u64)),
         act,
         out: DevicePtr(portable.as_mut_ptr() as u64),
@@ -199,6 +201,7 @@ fn the_portable_path_matches_f64_and_the_fast_paths() {
                 path,
                 &ao,
                 &bo,
+                None,
                 kernel_bias(&bias),
                 act,
                 DevicePtr(fast.as_mut_ptr() as u64),
@@ -243,6 +246,7 @@ fn layouts_the_kernels_cannot_read_are_left_to_the_portable_product() {
                 &op(1, 3),
                 &op(2, 1),
                 None,
+                None,
                 Activation::Identity,
                 o,
                 1,
@@ -254,6 +258,7 @@ fn layouts_the_kernels_cannot_read_are_left_to_the_portable_product() {
                 path,
                 &op(2, 1),
                 &op(2, 1),
+                None,
                 None,
                 Activation::Identity,
                 o,
@@ -275,6 +280,7 @@ fn layouts_the_kernels_cannot_read_are_left_to_the_portable_product() {
             &op(1, 2),
             &op(2, 1),
             None,
+            None,
             Activation::Identity,
             o,
             1,
@@ -293,5 +299,57 @@ fn the_process_path_is_one_the_host_has() {
         // Unforced, it is the best the host has.
         let best = paths().first().copied().unwrap_or(Bf16Path::Portable);
         assert_eq!(p, best);
+    }
+}
+
+#[test]
+fn a_weight_packed_once_in_its_slot_gives_the_per_call_result() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for path in paths() {
+        // (m, n, k): the vector kernel's column blocks, and AMX's 32-multiples.
+        for (m, n, k) in [(5, 13, 34), (33, 64, 64), (32, 384, 384)] {
+            let a = rand_bf16(&mut rng, m * k);
+            let w = rand_bf16(&mut rng, k * n);
+            let bias = rand_bf16(&mut rng, n);
+            let ao = MatOperand {
+                ptr: DevicePtr(a.as_ptr() as u64),
+                batch_stride: 0,
+                rs: k,
+                cs: 1,
+            };
+            // [k, n] rows n apart: how a Linear keeps its weight.
+            let bo = MatOperand {
+                ptr: DevicePtr(w.as_ptr() as u64),
+                batch_stride: 0,
+                rs: n,
+                cs: 1,
+            };
+            let run = |slot: Option<&PackSlot>| {
+                let mut out = vec![bf16::NAN; m * n];
+                // SAFETY: the buffers hold the extents the operands describe.
+                let ran = unsafe {
+                    matmul_on(
+                        path,
+                        &ao,
+                        &bo,
+                        slot,
+                        kernel_bias(&bias),
+                        Activation::Gelu,
+                        DevicePtr(out.as_mut_ptr() as u64),
+                        1,
+                        m,
+                        n,
+                        k,
+                    )
+                };
+                assert!(ran);
+                out
+            };
+            let per_call = run(None);
+            let slot = PackSlot::default();
+            assert_eq!(run(Some(&slot)), per_call, "{path:?} {m}x{n}x{k}: packing");
+            assert!(slot.get().is_some());
+            assert_eq!(run(Some(&slot)), per_call, "{path:?} {m}x{n}x{k}: reuse");
+        }
     }
 }
