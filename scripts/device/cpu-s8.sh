@@ -77,4 +77,7 @@ for side in before after; do
   echo "## $side"
   python3 "$D/cpu_compare.py" "$OUT/ours-$side.json" "$OUT/torch.json"
 done > "$OUT/cpu-compare.md" 2>&1
+# At most 8 files come back: the JSONs and full logs go in one archive.
+(cd "$OUT" && tar czf all.tgz ours-*.json ours-*.log torch.json torch.log && rm -f ours-*.json ours-*.log torch.json torch.log)
+grep -E "^  minilm|^ +[0-9.]+%" "$OUT/profile-after.log" | grep -E "minilm|matmul|attention|layer_norm" | head -60
 cat "$OUT/cpu-compare.md"

@@ -4,6 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::{activate_row, Tile};
+use crate::kernel::Activation;
 
 /// Rows of the register tile.
 pub(super) const MR: usize = 6;
@@ -40,23 +41,31 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile) {
         }
         w = w.add(NR);
     }
+    // Every accumulator is stored in small loops of its own (fully unrolled: an index
+    // into `acc` that stays a variable would put the whole grid in memory, and the loop
+    // above would then store it on every step, as the first version did).
     if t.cols == NR {
         for r in 0..R {
-            let c = t.c.add(r * t.ldc);
             for q in 0..2 {
-                _mm256_storeu_ps(c.add(8 * q), acc[r][q]);
+                _mm256_storeu_ps(t.c.add(r * t.ldc + 8 * q), acc[r][q]);
             }
-            activate_row(std::slice::from_raw_parts_mut(c, NR), t.act);
+        }
+        if t.act != Activation::Identity {
+            for r in 0..R {
+                activate_row(std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), NR), t.act);
+            }
         }
         return;
     }
     // A partial panel: through a buffer, the valid columns only.
-    let mut buf = [0.0f32; NR];
+    let mut buf = [0.0f32; MR * NR];
     for r in 0..R {
         for q in 0..2 {
-            _mm256_storeu_ps(buf.as_mut_ptr().add(8 * q), acc[r][q]);
+            _mm256_storeu_ps(buf.as_mut_ptr().add(r * NR + 8 * q), acc[r][q]);
         }
-        let y = &mut buf[..t.cols];
+    }
+    for r in 0..R {
+        let y = &mut buf[r * NR..r * NR + t.cols];
         activate_row(y, t.act);
         std::ptr::copy_nonoverlapping(y.as_ptr(), t.c.add(r * t.ldc), t.cols);
     }
