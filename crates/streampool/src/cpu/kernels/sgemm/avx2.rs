@@ -24,7 +24,25 @@ pub(super) fn available() -> bool {
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile<const R: usize>(t: &Tile) {
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    if !t.bias.is_null() {
+    if t.accumulate {
+        // The partial sums of the earlier steps, a partial panel's through a buffer (copied
+        // in a loop of its own: the loads below must unroll, as the stores at the end).
+        let mut buf = [0.0f32; MR * NR];
+        let (src, ld) = if t.cols == NR {
+            (t.c as *const f32, t.ldc)
+        } else {
+            for r in 0..R {
+                let to = buf.as_mut_ptr().add(r * NR);
+                std::ptr::copy_nonoverlapping(t.c.add(r * t.ldc), to, t.cols);
+            }
+            (buf.as_ptr(), NR)
+        };
+        for r in 0..R {
+            for q in 0..2 {
+                acc[r][q] = _mm256_loadu_ps(src.add(r * ld + 8 * q));
+            }
+        }
+    } else if !t.bias.is_null() {
         let v = [_mm256_loadu_ps(t.bias), _mm256_loadu_ps(t.bias.add(8))];
         acc = [v; R];
     }
@@ -52,7 +70,10 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile) {
         }
         if t.act != Activation::Identity {
             for r in 0..R {
-                activate_row(std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), NR), t.act);
+                activate_row(
+                    std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), NR),
+                    t.act,
+                );
             }
         }
         return;

@@ -268,7 +268,7 @@ pub(crate) unsafe fn matmul_on(
             &fresh
         }
     };
-    run(isa, a, packed, bias, act, out, batch, m, n, k);
+    run(isa, a, packed, bias, act, out, batch, m, n, k, k_step(k));
     true
 }
 
@@ -287,10 +287,27 @@ fn block_rows(k: usize, mr: usize) -> usize {
     ((kib << 10) / (4 * k.max(1)) / mr * mr).max(mr)
 }
 
+/// Steps along `k` of each pass of the row tiles over a panel: `STREAMPOOL_CPU_SGEMM_KC`
+/// (0 or unset: all of `k` in one step).
+fn k_step(k: usize) -> usize {
+    static KC: OnceLock<usize> = OnceLock::new();
+    let kc = *KC.get_or_init(|| {
+        std::env::var("STREAMPOOL_CPU_SGEMM_KC")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    });
+    if kc == 0 {
+        k
+    } else {
+        kc.min(k)
+    }
+}
+
 /// The grid and its loop (see the module docs).
 ///
 /// # Safety
-/// As [`matmul_on`], with `packed` made from `b`.
+/// As [`matmul_on`], with `packed` made from `b`; `kc > 0`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn run(
     isa: SgemmIsa,
@@ -303,6 +320,7 @@ unsafe fn run(
     m: usize,
     n: usize,
     k: usize,
+    kc: usize,
 ) {
     let (mr, nr) = isa.geometry();
     let panels = n.div_ceil(nr);
@@ -331,36 +349,49 @@ unsafe fn run(
             let (j0, cols) = (jp * nr, (n - jp * nr).min(nr));
             let w = packed.panel(jp, nr);
             let bp = bias.map_or(std::ptr::null(), |v| v.as_ptr().add(j0));
-            let mut i = i0;
-            while i < i1 {
-                let rows = (i1 - i).min(mr);
-                let pa = (a.ptr.0 as *const f32).add(bi * a.batch_stride + i * a.rs);
-                let pc = (out.0 as *mut f32).add(bi * m * n + i * n + j0);
-                // SAFETY: rows i..i + rows < m of a[bi] and this panel are in bounds; the
-                // unit owns rows i0..i1, columns j0..j0 + cols of out[bi]; the path is
-                // available (the caller's contract).
-                let t = Tile {
-                    k,
-                    a: pa,
-                    rs: a.rs,
-                    cs: a.cs,
-                    w,
-                    bias: bp,
-                    c: pc,
-                    ldc: n,
-                    cols,
-                    act,
-                };
-                tile(isa, rows, &t);
-                i += rows;
+            // Steps of kc along k: one step's rows of the panel stay in L1 while the row
+            // tiles of the block pass over them; the first step starts from the bias, the
+            // later ones from the partial sums, and the last applies the activation.
+            let mut p0 = 0;
+            while p0 < k {
+                let kc = (k - p0).min(kc);
+                let (first, last) = (p0 == 0, p0 + kc == k);
+                let mut i = i0;
+                while i < i1 {
+                    let rows = (i1 - i).min(mr);
+                    let pa =
+                        (a.ptr.0 as *const f32).add(bi * a.batch_stride + i * a.rs + p0 * a.cs);
+                    let pc = (out.0 as *mut f32).add(bi * m * n + i * n + j0);
+                    // SAFETY: rows i..i + rows < m of a[bi] (columns p0..p0 + kc < k) and
+                    // this panel's rows p0..p0 + kc are in bounds; the unit owns rows
+                    // i0..i1, columns j0..j0 + cols of out[bi], written by the earlier steps
+                    // when `first` is false; the path is available (the caller's contract).
+                    let t = Tile {
+                        k: kc,
+                        a: pa,
+                        rs: a.rs,
+                        cs: a.cs,
+                        w: w.add(p0 * nr),
+                        bias: if first { bp } else { std::ptr::null() },
+                        accumulate: !first,
+                        c: pc,
+                        ldc: n,
+                        cols,
+                        act: if last { act } else { Activation::Identity },
+                    };
+                    tile(isa, rows, &t);
+                    i += rows;
+                }
+                p0 += kc;
             }
         }
     });
 }
 
-/// One register tile's operands: `c[r][j] = act(bias[j] + sum_p a[r][p] * w[p][j])` for
-/// `j < cols`, with `a[r][p]` at `a + r * rs + p * cs`, `w` one packed panel (`k` rows of
-/// `NR`), `bias` `NR` floats or null, `c` rows `ldc` apart.
+/// One register tile's operands: `c[r][j] = act(s[r][j] + sum_p a[r][p] * w[p][j])` for
+/// `j < cols`, with `a[r][p]` at `a + r * rs + p * cs`, `w` `k` rows of a packed panel
+/// (`NR` floats each), `c` rows `ldc` apart, and `s` the tile's own values of `c` when
+/// `accumulate`, else `bias` (`NR` floats) or zeros when it is null.
 pub(super) struct Tile {
     pub(super) k: usize,
     pub(super) a: *const f32,
@@ -368,6 +399,7 @@ pub(super) struct Tile {
     pub(super) cs: usize,
     pub(super) w: *const f32,
     pub(super) bias: *const f32,
+    pub(super) accumulate: bool,
     pub(super) c: *mut f32,
     pub(super) ldc: usize,
     pub(super) cols: usize,

@@ -281,3 +281,57 @@ fn the_process_path_is_one_the_host_has() {
         ),
     }
 }
+
+#[test]
+fn steps_along_k_give_the_one_pass_result() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    for isa in paths() {
+        // (m, n, k): row and panel tails, k a multiple of the step and not.
+        for (m, n, k) in [(9, 50, 20), (17, 96, 64), (3, 13, 7)] {
+            let a: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let w: Vec<f32> = (0..k * n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let ao = MatOperand {
+                ptr: DevicePtr(a.as_ptr() as u64),
+                batch_stride: 0,
+                rs: k,
+                cs: 1,
+            };
+            let bo = MatOperand {
+                ptr: DevicePtr(w.as_ptr() as u64),
+                batch_stride: 0,
+                rs: n,
+                cs: 1,
+            };
+            let bias_ptr = Some(DevicePtr(bias.as_ptr() as u64));
+            // SAFETY: the buffers hold the extents the operands describe.
+            let packed = unsafe { pack(&bo, k, n, isa) };
+            let run_kc = |kc: usize| {
+                let mut out = vec![f32::NAN; m * n];
+                let o = DevicePtr(out.as_mut_ptr() as u64);
+                // SAFETY: as above; kc > 0.
+                unsafe {
+                    run(
+                        isa,
+                        &ao,
+                        &packed,
+                        bias_ptr,
+                        Activation::Gelu,
+                        o,
+                        1,
+                        m,
+                        n,
+                        k,
+                        kc,
+                    )
+                };
+                out
+            };
+            // The same sums in the same order: the same bits.
+            let whole = run_kc(k);
+            for kc in [1, 5, 16] {
+                assert_eq!(run_kc(kc), whole, "{isa:?} {m}x{n}x{k} in steps of {kc}");
+            }
+        }
+    }
+}
