@@ -18,7 +18,14 @@
 //! row-block order, so that the contiguous run of units a pool task takes shares its rows:
 //! a row block (at most [`block_rows`] rows, about 256 KiB of activations) stays in L2 while
 //! the task walks the panels, and each panel is read once per row block. Rows are split
-//! finer when the grid would give fewer than four units per thread (batch 1).
+//! finer when the grid would give fewer than four units per thread (batch 1). Each tile
+//! runs the whole of `k` in one pass by default; `STREAMPOOL_CPU_SGEMM_KC=N` makes passes of
+//! `N` (a panel's rows then stay in L1 across the row tiles): on the 16-core Xeon, steps of
+//! 128 were 9% slower than one pass at MiniLM's shapes
+//! (`bench/results/cpu-2026-11-25-s8/final.log`), so the knob is for other hosts.
+//!
+//! The weight's packed copy lives as long as the weight and is as large (`f32`, rounded up
+//! to whole panels): a model's weights take twice their size on the CPU once each has run.
 //!
 //! The path is chosen once per process: the best the host has, or `STREAMPOOL_CPU_SGEMM=
 //! avx512`, `avx2` or `gemm` (the last: the `gemm` crate's tiles, as products without a
