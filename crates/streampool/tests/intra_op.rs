@@ -113,6 +113,8 @@ fn sixty_four_callers_share_one_pool_with_exact_results() {
                 );
                 thread::spawn(move || {
                     let _ = dev.current_stream().unwrap();
+                    // All at once past the barrier: `w`'s first products race to pack it
+                    // into its slot (one packs, on the pool; the other streams wait for it).
                     barrier.wait();
                     // Everyone alive: count threads while the calls run.
                     for i in 0..6 {
