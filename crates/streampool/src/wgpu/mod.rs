@@ -139,6 +139,9 @@ pub(crate) struct Shared {
     pub(crate) coop_matrix: (bool, Vec<String>),
     /// Read-back staging buffers kept per stream (`STREAMPOOL_WGPU_KEEP_READBACK=0`: none).
     pub(crate) keep_readback: bool,
+    /// Whether launch parameters go into buffers mapped at creation (`UNIFORM | MAP_WRITE`,
+    /// with `MAPPABLE_PRIMARY_BUFFERS`) rather than through a staging copy.
+    pub(crate) mapped_params: bool,
     /// Whether the quarantine lock (the wgpu device's, `opened::Gpu::quarantine`) is taken:
     /// held around encoding, finishing and submission only.
     pub(crate) quarantine: bool,
@@ -319,6 +322,15 @@ impl WgpuDevice {
         if coop {
             required_features |= coop_features;
         }
+        // Launch parameters in buffers the host maps directly, where the adapter allows it
+        // (native `MAPPABLE_PRIMARY_BUFFERS`); `STREAMPOOL_WGPU_MAPPED_PARAMS=0` turns it off.
+        let mapped_params = adapter
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+            && std::env::var("STREAMPOOL_WGPU_MAPPED_PARAMS").as_deref() != Ok("0");
+        if mapped_params {
+            required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
         let gpu = opened::open(adapter, required_features, coop)?;
         let name = format!("wgpu:{index} ({}, {:?})", info.name, info.backend);
         let wait_limit = match config.wait_limit {
@@ -422,6 +434,7 @@ impl WgpuDevice {
                     loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
                     coop_matrix,
                     keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
+                    mapped_params,
                     gpu,
                 }),
             },
