@@ -2,7 +2,7 @@
 //!
 //! | concept   | here                                                                          |
 //! |-----------|-------------------------------------------------------------------------------|
-//! | device    | a `wgpu::Device` and its one `Queue`, on the adapter [`WgpuConfig`] picks      |
+//! | device    | a `wgpu::Device` and its one `Queue`, on the adapter [`WgpuConfig`] picks, kept for the process ([`opened`]) |
 //! | stream    | logical: its own command encoder, submitted in order to the one queue ([`stream`]) |
 //! | event     | a point in a stream's submissions: a `SubmissionIndex` waited with `Device::poll` |
 //! | copies    | through staging buffers mapped at creation (up) or mapped for reading (down)   |
@@ -549,7 +549,11 @@ impl Device {
         Some(dev.shared.coop_matrix.clone())
     }
 
-    /// A new, separate wgpu device (own `wgpu::Device`, queue, pool, allocator and kernels).
+    /// A new, separate streampool device (own pool, allocator, buffers and kernels) on the
+    /// `wgpu::Device` and queue this process keeps for its adapter and features: opened on the
+    /// first call and never destroyed while the process runs (NVIDIA's Vulkan driver
+    /// deadlocks when a device is destroyed while other threads use it; see `wgpu/opened.rs`).
+    /// Events of two such devices are still not interchangeable.
     pub fn wgpu_with(config: WgpuConfig) -> Result<Device> {
         let (index, backend) = WgpuDevice::open(&config)?;
         Device::with_backend(
