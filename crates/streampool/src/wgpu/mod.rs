@@ -152,6 +152,16 @@ pub(crate) struct Shared {
     pub(crate) gpu: Arc<opened::Gpu>,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The wgpu device outlives this streampool device (see `opened`): give its buffers
+        // back and poll once, so that wgpu frees the memory of those whose last submission is
+        // done now rather than at some later poll that may never come.
+        self.memory.release_all();
+        let _ = self.device.poll(wgpu::PollType::Poll);
+    }
+}
+
 impl Shared {
     /// The quarantine lock's guard when it is on (see the module docs).
     pub(crate) fn quarantined(&self) -> Option<crate::sync::MutexGuard<'_, ()>> {
