@@ -65,7 +65,7 @@ mod loom_tests;
 #[cfg(feature = "wgpu")]
 pub use self::wgpu::{
     describe_adapters as wgpu_adapters, kernels::all_wgsl as wgpu_kernel_sources,
-    Quarantine as WgpuQuarantine, WgpuConfig,
+    Quarantine as WgpuQuarantine, WgpuConfig, DEFAULT_WAIT_LIMIT as WGPU_DEFAULT_WAIT_LIMIT,
 };
 pub use allocator::AllocatorStats;
 pub use cpu::intra_op::{cpu_threads, set_cpu_threads, CPU_THREADS_ENV};

@@ -8,12 +8,10 @@
 
 use std::sync::Barrier;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use streampool::allocator::size_class;
-use streampool::{
-    AllocatorStats, Device, DeviceConfig, DeviceKind, Error, Stream, StreamGuard, Tensor,
-};
+use streampool::{AllocatorStats, Device, DeviceConfig, Error, Stream, StreamGuard, Tensor};
 
 fn ints(len: usize, seed: u64) -> Vec<f32> {
     (0..len as u64)
@@ -46,131 +44,166 @@ fn on<R>(s: &Stream, f: impl FnOnce() -> R) -> R {
 const LEN: usize = 4096;
 const BYTES: usize = LEN * 4;
 
-/// Sets up the hazard: `x` is written on `sw`, then read on the slow stream `sr` (behind a
-/// delay) into `y`, and `x` is freed on the host before that read has run. Returns `y`, the
-/// values of `x`, and an event that completes once `sr` has read `x`.
+/// The delay a test first gives its slow stream; doubled for each undecided attempt.
+const DELAY: Duration = Duration::from_millis(300);
+
+/// Runs a timing scenario with a slow stream's delay of `DELAY`, doubling it while an
+/// attempt is undecided (`None`: the host thread was held off the CPU past the delay, so
+/// whether it waited for the slow stream cannot be told: other test threads compiling GPU
+/// kernels on every core do that for hundreds of ms); panics if four attempts all are. Each
+/// attempt's checks are as strict as one run's: a host that really waits is undecided every
+/// time, and fails.
+fn decided(what: &str, mut attempt: impl FnMut(Duration) -> Option<()>) {
+    let mut delay = DELAY;
+    for _ in 0..4 {
+        if attempt(delay).is_some() {
+            return;
+        }
+        delay *= 2;
+    }
+    panic!("{what} (or the host was held off the CPU past the slow stream's delay four times, up to {:?})", delay / 2);
+}
+
+/// Queues `delay` on `s` and returns the soonest instant work queued behind it can complete
+/// (the delay starts no sooner than this call, on every backend).
+fn slow_down(s: &Stream, delay: Duration) -> Instant {
+    let earliest = Instant::now() + delay;
+    s.debug_delay(delay).unwrap();
+    earliest
+}
+
+/// Whether the host is known not to have waited for `done`, whose work cannot complete
+/// before `earliest`: it is still before then, or the work is still pending. `false` is
+/// undecided, not a failure (see `decided`).
+fn known_not_waited(earliest: Instant, done: &streampool::Event) -> bool {
+    Instant::now() < earliest || !done.query()
+}
+
+/// Sets up the hazard: `x` is written on `sw`, then read on the slow stream `sr` (behind
+/// `delay`) into `y`, and `x` is freed on the host before that read has run. Returns `y`, the
+/// values of `x`, an event that completes once `sr` has read `x`, and the soonest instant it
+/// can; `None` if the read may have run before the free (the precondition is undecided).
 fn freed_while_a_slow_stream_reads(
     dev: &Device,
     sw: &Stream,
     sr: &Stream,
-) -> (Tensor, Vec<f32>, streampool::Event) {
+    delay: Duration,
+) -> Option<(Tensor, Vec<f32>, streampool::Event, Instant)> {
     let data = ints(LEN, 11);
     let x = on(sw, || Tensor::from_vec(data.clone(), &[LEN], dev).unwrap());
-    // The callers check that the host did not wait for this read: it must still be queued
-    // when they look. On a GPU, other test threads compiling kernels on every core can hold
-    // this one off the CPU for hundreds of ms (the wgpu suite on the H100 missed a 300 ms
-    // window that way), so GPUs get a wider one; the CPU's workers share its cores with the
-    // test threads alike but have no compiles to wait for.
-    let delay = match dev.kind() {
-        DeviceKind::Cpu => Duration::from_millis(300),
-        _ => Duration::from_millis(1500),
-    };
-    let y = on(sr, || {
-        sr.debug_delay(delay).unwrap();
-        x.affine(1.0, 0.5).unwrap()
+    let (y, earliest) = on(sr, || {
+        let earliest = slow_down(sr, delay);
+        (x.affine(1.0, 0.5).unwrap(), earliest)
     });
     let read_done = sr.record_event().unwrap();
     drop(x);
     // Precondition, not a claim about the runtime: the read is still queued.
-    assert!(
-        !read_done.query(),
-        "the slow stream already ran; delay too short"
-    );
-    (y, data, read_done)
+    known_not_waited(earliest, &read_done).then_some((y, data, read_done, earliest))
 }
 
 #[test]
 fn a_block_freed_while_another_stream_reads_it_is_not_reused() {
-    let dev = device(None);
-    let (sw, sr, s3) = (
-        dev.stream_at(1).unwrap(),
-        dev.stream_at(2).unwrap(),
-        dev.stream_at(3).unwrap(),
-    );
-    let (y, data, read_done) = freed_while_a_slow_stream_reads(&dev, &sw, &sr);
-    // Allocate the same size on the block's own stream (its free list) and on a third one,
-    // and write at once: neither may land on the block the slow stream still has to read.
-    let z = on(&sw, || Tensor::full(-1.0, &[LEN], &dev).unwrap());
-    let w = on(&sw, || {
-        Tensor::from_vec(vec![99.0f32; LEN], &[LEN], &dev).unwrap()
+    decided("allocation blocked the host on the slow stream", |delay| {
+        let dev = device(None);
+        let (sw, sr, s3) = (
+            dev.stream_at(1).unwrap(),
+            dev.stream_at(2).unwrap(),
+            dev.stream_at(3).unwrap(),
+        );
+        let (y, data, read_done, earliest) =
+            freed_while_a_slow_stream_reads(&dev, &sw, &sr, delay)?;
+        // Allocate the same size on the block's own stream (its free list) and on a third one,
+        // and write at once: neither may land on the block the slow stream still has to read.
+        let z = on(&sw, || Tensor::full(-1.0, &[LEN], &dev).unwrap());
+        let w = on(&sw, || {
+            Tensor::from_vec(vec![99.0f32; LEN], &[LEN], &dev).unwrap()
+        });
+        let z3 = on(&s3, || Tensor::full(-2.0, &[LEN], &dev).unwrap());
+        if !known_not_waited(earliest, &read_done) {
+            return None;
+        }
+
+        let expect: Vec<f32> = data.iter().map(|v| v + 0.5).collect();
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            expect,
+            "the slow reader saw reused memory"
+        );
+        assert_eq!(z.to_vec::<f32>().unwrap(), vec![-1.0; LEN]);
+        assert_eq!(w.to_vec::<f32>().unwrap(), vec![99.0; LEN]);
+        assert_eq!(z3.to_vec::<f32>().unwrap(), vec![-2.0; LEN]);
+        let st = dev.allocator_stats();
+        assert_eq!((st.cross_stream_reuses, st.event_gated_reuses), (0, 0));
+
+        // Once the read is done, the block is free for any stream: a cross-stream cache hit.
+        read_done.synchronize().unwrap();
+        let hits = st.cache_hits;
+        let v = on(&s3, || Tensor::full(3.0, &[LEN], &dev).unwrap());
+        let st = dev.allocator_stats();
+        assert_eq!(st.cross_stream_reuses, 1);
+        assert_eq!(st.cache_hits, hits + 1);
+        assert_eq!(v.to_vec::<f32>().unwrap(), vec![3.0; LEN]);
+        Some(())
     });
-    let z3 = on(&s3, || Tensor::full(-2.0, &[LEN], &dev).unwrap());
-    assert!(
-        !read_done.query(),
-        "allocation blocked the host on the slow stream"
-    );
-
-    let expect: Vec<f32> = data.iter().map(|v| v + 0.5).collect();
-    assert_eq!(
-        y.to_vec::<f32>().unwrap(),
-        expect,
-        "the slow reader saw reused memory"
-    );
-    assert_eq!(z.to_vec::<f32>().unwrap(), vec![-1.0; LEN]);
-    assert_eq!(w.to_vec::<f32>().unwrap(), vec![99.0; LEN]);
-    assert_eq!(z3.to_vec::<f32>().unwrap(), vec![-2.0; LEN]);
-    let st = dev.allocator_stats();
-    assert_eq!((st.cross_stream_reuses, st.event_gated_reuses), (0, 0));
-
-    // Once the read is done, the block is free for any stream: a cross-stream cache hit.
-    read_done.synchronize().unwrap();
-    let hits = st.cache_hits;
-    let v = on(&s3, || Tensor::full(3.0, &[LEN], &dev).unwrap());
-    let st = dev.allocator_stats();
-    assert_eq!(st.cross_stream_reuses, 1);
-    assert_eq!(st.cache_hits, hits + 1);
-    assert_eq!(v.to_vec::<f32>().unwrap(), vec![3.0; LEN]);
 }
 
 #[test]
 fn at_the_limit_a_pending_block_is_reused_behind_a_device_side_wait() {
-    // Room for exactly two blocks: x (then y's input) and y.
-    let dev = device(Some(2 * BYTES));
-    let (sw, sr) = (dev.stream_at(1).unwrap(), dev.stream_at(2).unwrap());
-    let (y, data, read_done) = freed_while_a_slow_stream_reads(&dev, &sw, &sr);
-    // No room for a third block and nothing idle to release: the allocator must hand out
-    // x's block with `sw` ordered after the slow read, without blocking the host.
-    let z = on(&sw, || Tensor::full(-1.0, &[LEN], &dev).unwrap());
-    assert!(
-        !read_done.query(),
-        "allocation blocked the host on the slow stream"
-    );
-    let st = dev.allocator_stats();
-    assert_eq!(st.event_gated_reuses, 1);
-    assert_eq!(st.reserved, 2 * BYTES);
+    decided("allocation blocked the host on the slow stream", |delay| {
+        // Room for exactly two blocks: x (then y's input) and y.
+        let dev = device(Some(2 * BYTES));
+        let (sw, sr) = (dev.stream_at(1).unwrap(), dev.stream_at(2).unwrap());
+        let (y, data, read_done, earliest) =
+            freed_while_a_slow_stream_reads(&dev, &sw, &sr, delay)?;
+        // No room for a third block and nothing idle to release: the allocator must hand out
+        // x's block with `sw` ordered after the slow read, without blocking the host.
+        let z = on(&sw, || Tensor::full(-1.0, &[LEN], &dev).unwrap());
+        if !known_not_waited(earliest, &read_done) {
+            return None;
+        }
+        let st = dev.allocator_stats();
+        assert_eq!(st.event_gated_reuses, 1);
+        assert_eq!(st.reserved, 2 * BYTES);
 
-    let expect: Vec<f32> = data.iter().map(|v| v + 0.5).collect();
-    assert_eq!(
-        y.to_vec::<f32>().unwrap(),
-        expect,
-        "z overwrote x before the slow read"
-    );
-    assert_eq!(z.to_vec::<f32>().unwrap(), vec![-1.0; LEN]);
-    assert_eq!(dev.allocator_stats().peak_reserved, 2 * BYTES);
+        let expect: Vec<f32> = data.iter().map(|v| v + 0.5).collect();
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            expect,
+            "z overwrote x before the slow read"
+        );
+        assert_eq!(z.to_vec::<f32>().unwrap(), vec![-1.0; LEN]);
+        assert_eq!(dev.allocator_stats().peak_reserved, 2 * BYTES);
+        Some(())
+    });
 }
 
 #[test]
 fn same_stream_reuse_is_a_cache_hit_without_a_wait() {
-    let dev = device(None);
-    let s = dev.stream_at(1).unwrap();
-    let (before, marker) = on(&s, || {
-        s.debug_delay(Duration::from_millis(300)).unwrap();
-        let x = Tensor::full(1.0, &[LEN], &dev).unwrap();
-        let marker = s.record_event().unwrap();
-        drop(x); // its guard (on s) is still pending
-        (dev.allocator_stats(), marker)
+    decided("same-stream reuse waited for the stream", |delay| {
+        let dev = device(None);
+        let s = dev.stream_at(1).unwrap();
+        let (before, marker, earliest) = on(&s, || {
+            let earliest = slow_down(&s, delay);
+            let x = Tensor::full(1.0, &[LEN], &dev).unwrap();
+            let marker = s.record_event().unwrap();
+            drop(x); // its guard (on s) is still pending
+            (dev.allocator_stats(), marker, earliest)
+        });
+        let y = on(&s, || Tensor::full(2.0, &[LEN], &dev).unwrap());
+        // Stream order alone keeps y's fill after x's: the host did not wait.
+        if !known_not_waited(earliest, &marker) {
+            return None;
+        }
+        let after = dev.allocator_stats();
+        assert_eq!(after.cache_hits, before.cache_hits + 1);
+        assert_eq!(after.backend_allocs, before.backend_allocs);
+        assert_eq!(
+            (after.cross_stream_reuses, after.event_gated_reuses),
+            (0, 0)
+        );
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0; LEN]);
+        Some(())
     });
-    let y = on(&s, || Tensor::full(2.0, &[LEN], &dev).unwrap());
-    // Stream order alone keeps y's fill after x's: the host did not wait.
-    assert!(!marker.query(), "same-stream reuse waited for the stream");
-    let after = dev.allocator_stats();
-    assert_eq!(after.cache_hits, before.cache_hits + 1);
-    assert_eq!(after.backend_allocs, before.backend_allocs);
-    assert_eq!(
-        (after.cross_stream_reuses, after.event_gated_reuses),
-        (0, 0)
-    );
-    assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0; LEN]);
 }
 
 #[test]
@@ -305,36 +338,38 @@ fn out_of_memory_names_the_bytes_and_the_device_recovers() {
 /// releasing anyone's cached blocks or waiting for a busy stream.
 #[test]
 fn a_request_over_the_whole_limit_fails_at_once() {
-    let dev = device(Some(4 * BYTES));
-    let (s1, sr) = (dev.stream_at(1).unwrap(), dev.stream_at(2).unwrap());
-    let idle = on(&s1, || Tensor::full(1.0, &[LEN], &dev).unwrap());
-    idle.to_vec::<f32>().unwrap();
-    drop(idle);
-    let busy_done = on(&sr, || {
-        sr.debug_delay(Duration::from_millis(300)).unwrap();
-        drop(Tensor::full(2.0, &[2 * LEN], &dev).unwrap());
-        sr.record_event().unwrap()
-    });
-    let before = dev.allocator_stats();
-    match on(&s1, || Tensor::zeros(&[5 * LEN], &dev)) {
-        Err(Error::OutOfMemory {
-            requested, limit, ..
-        }) => {
-            assert_eq!(requested, 5 * BYTES);
-            assert_eq!(limit, Some(4 * BYTES));
+    decided("an impossible request waited for a busy stream", |delay| {
+        let dev = device(Some(4 * BYTES));
+        let (s1, sr) = (dev.stream_at(1).unwrap(), dev.stream_at(2).unwrap());
+        let idle = on(&s1, || Tensor::full(1.0, &[LEN], &dev).unwrap());
+        idle.to_vec::<f32>().unwrap();
+        drop(idle);
+        let (busy_done, earliest) = on(&sr, || {
+            let earliest = slow_down(&sr, delay);
+            drop(Tensor::full(2.0, &[2 * LEN], &dev).unwrap());
+            (sr.record_event().unwrap(), earliest)
+        });
+        let before = dev.allocator_stats();
+        match on(&s1, || Tensor::zeros(&[5 * LEN], &dev)) {
+            Err(Error::OutOfMemory {
+                requested, limit, ..
+            }) => {
+                assert_eq!(requested, 5 * BYTES);
+                assert_eq!(limit, Some(4 * BYTES));
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
         }
-        other => panic!("expected OutOfMemory, got {other:?}"),
-    }
-    assert!(
-        !busy_done.query(),
-        "an impossible request waited for a busy stream"
-    );
-    let after = dev.allocator_stats();
-    assert_eq!(
-        after.backend_frees, before.backend_frees,
-        "the cache was emptied"
-    );
-    assert_eq!(after.reserved, 3 * BYTES);
+        if !known_not_waited(earliest, &busy_done) {
+            return None;
+        }
+        let after = dev.allocator_stats();
+        assert_eq!(
+            after.backend_frees, before.backend_frees,
+            "the cache was emptied"
+        );
+        assert_eq!(after.reserved, 3 * BYTES);
+        Some(())
+    });
 }
 
 /// Two threads at the limit both need a block that a slow stream still reads to be
@@ -360,48 +395,51 @@ fn a_request_the_backend_refuses_fails_instead_of_retrying() {
 
 #[test]
 fn concurrent_requests_at_the_limit_both_succeed_once_the_cache_is_idle() {
-    const KIB: usize = 1024;
-    let dev = device(Some(64 * KIB));
-    let (s1, s2, sr) = (
-        dev.stream_at(1).unwrap(),
-        dev.stream_at(2).unwrap(),
-        dev.stream_at(3).unwrap(),
-    );
-    let held = on(&s1, || Tensor::full(1.0, &[2 * KIB], &dev).unwrap()); // 8 KiB
-    let big = on(&s1, || Tensor::full(2.0, &[12 * KIB], &dev).unwrap()); // 48 KiB
-    let sum = on(&sr, || {
-        sr.debug_delay(Duration::from_millis(300)).unwrap();
-        big.sum(0, false).unwrap() // 512 bytes
-    });
-    let read_done = sr.record_event().unwrap();
-    drop(big);
-    assert!(
-        !read_done.query(),
-        "the slow stream already ran; delay too short"
-    );
-    // 56.5 KiB reserved: 16 KiB more does not fit until the 48 KiB block is released;
-    // then both requests do (8 + 0.5 + 16 + 16 KiB).
-    let barrier = Barrier::new(2);
-    let results: Vec<_> = thread::scope(|sc| {
-        let handles: Vec<_> = [(&s1, 3.0f32), (&s2, 4.0)]
-            .into_iter()
-            .map(|(s, v)| {
-                let (dev, barrier) = (&dev, &barrier);
-                sc.spawn(move || {
-                    barrier.wait();
-                    on(s, || Tensor::full(v, &[4 * KIB], dev)).map(|t| (t, v))
+    decided("the slow stream ran before its block was freed", |delay| {
+        const KIB: usize = 1024;
+        let dev = device(Some(64 * KIB));
+        let (s1, s2, sr) = (
+            dev.stream_at(1).unwrap(),
+            dev.stream_at(2).unwrap(),
+            dev.stream_at(3).unwrap(),
+        );
+        let held = on(&s1, || Tensor::full(1.0, &[2 * KIB], &dev).unwrap()); // 8 KiB
+        let big = on(&s1, || Tensor::full(2.0, &[12 * KIB], &dev).unwrap()); // 48 KiB
+        let (sum, earliest) = on(&sr, || {
+            let earliest = slow_down(&sr, delay);
+            (big.sum(0, false).unwrap(), earliest) // 512 bytes
+        });
+        let read_done = sr.record_event().unwrap();
+        drop(big);
+        // Precondition, not a claim about the runtime: the read is still queued.
+        if !known_not_waited(earliest, &read_done) {
+            return None;
+        }
+        // 56.5 KiB reserved: 16 KiB more does not fit until the 48 KiB block is released;
+        // then both requests do (8 + 0.5 + 16 + 16 KiB).
+        let barrier = Barrier::new(2);
+        let results: Vec<_> = thread::scope(|sc| {
+            let handles: Vec<_> = [(&s1, 3.0f32), (&s2, 4.0)]
+                .into_iter()
+                .map(|(s, v)| {
+                    let (dev, barrier) = (&dev, &barrier);
+                    sc.spawn(move || {
+                        barrier.wait();
+                        on(s, || Tensor::full(v, &[4 * KIB], dev)).map(|t| (t, v))
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in results {
+            let (t, v) = r.expect("a request that fits failed");
+            assert_eq!(t.to_vec::<f32>().unwrap(), vec![v; 4 * KIB]);
+        }
+        assert_eq!(sum.to_scalar().unwrap(), 2.0 * (12 * KIB) as f32);
+        assert_eq!(held.to_vec::<f32>().unwrap()[0], 1.0);
+        assert!(dev.allocator_stats().peak_reserved <= 64 * KIB);
+        Some(())
     });
-    for r in results {
-        let (t, v) = r.expect("a request that fits failed");
-        assert_eq!(t.to_vec::<f32>().unwrap(), vec![v; 4 * KIB]);
-    }
-    assert_eq!(sum.to_scalar().unwrap(), 2.0 * (12 * KIB) as f32);
-    assert_eq!(held.to_vec::<f32>().unwrap()[0], 1.0);
-    assert!(dev.allocator_stats().peak_reserved <= 64 * KIB);
 }
 
 /// One thread keeps asking for more than the limit while others, some on the same streams,

@@ -178,6 +178,55 @@ fn blocks_over_the_binding_limit_are_errors() {
     assert_eq!(x.relu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 }
 
+/// A host wait that cannot finish within the device's wait limit fails with an error naming
+/// the limit instead of blocking its caller: a 1 ms limit, and a read-back behind a chain of
+/// 1024^3 matmuls sized to keep this adapter busy for about 50 ms (one matmul timed on the
+/// shared device first). If the chain was done before the wait began (this thread held off
+/// the CPU meanwhile), the attempt decides nothing and is run again with twice the chain.
+#[test]
+fn a_wait_past_the_limit_is_an_error_not_a_hang() {
+    let Some(shared) = gpu() else { return };
+    let n = 1024;
+    let timed = |dev: &Device| {
+        let a = Tensor::from_vec(ints(n * n, 1), &[n, n], dev).unwrap();
+        let start = std::time::Instant::now();
+        a.matmul(&a)
+            .unwrap()
+            .sum(0, false)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        start.elapsed()
+    };
+    timed(&shared); // kernels built, buffers warm
+    let one = timed(&shared).max(std::time::Duration::from_micros(10));
+    let mut reps = (0.05 / one.as_secs_f64()).ceil().clamp(4.0, 1024.0) as usize;
+    let dev = Device::wgpu_with(WgpuConfig {
+        wait_limit: Some(std::time::Duration::from_millis(1)),
+        ..WgpuConfig::default()
+    })
+    .unwrap();
+    let w = Tensor::from_vec(ints(n * n, 3), &[n, n], &dev).unwrap();
+    for _ in 0..4 {
+        let mut x = Tensor::from_vec(ints(n * n, 1), &[n, n], &dev).unwrap();
+        for _ in 0..reps {
+            x = x.matmul(&w).unwrap().affine(1.0 / 64.0, 0.0).unwrap();
+        }
+        match x.to_vec::<f32>() {
+            Err(e) => {
+                assert!(
+                    matches!(e, streampool::Error::Backend { .. })
+                        && e.to_string().contains("wait limit"),
+                    "{e}"
+                );
+                return;
+            }
+            Ok(_) => reps *= 2, // undecided: the chain had finished before the wait began
+        }
+    }
+    panic!("a read-back behind {reps} matmuls never outlasted a 1 ms wait limit");
+}
+
 /// BF16 is an error naming WGSL; F16 works where the adapter has `SHADER_F16` and is an
 /// error naming the feature where it does not. The device keeps working after either.
 #[test]

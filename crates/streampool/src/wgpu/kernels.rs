@@ -382,11 +382,30 @@ impl<'a> Binder<'a> {
         let mut words = [0u32; PARAM_WORDS];
         words[..params.len()].copy_from_slice(params);
         let device = &self.shared.device;
-        let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("streampool params"),
-            contents: bytes_of(&words),
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
+        let uniform = if self.shared.mapped_params {
+            // Written through its own mapping: no staging buffer and no copy on the queue
+            // (what `create_buffer_init` does for a buffer the host cannot map).
+            let b = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("streampool params"),
+                size: (PARAM_WORDS * 4) as u64,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::MAP_WRITE,
+                mapped_at_creation: true,
+            });
+            b.get_mapped_range_mut(..)
+                .map_err(|e| {
+                    self.shared
+                        .backend_err(format!("mapping a params buffer: {e}"))
+                })?
+                .copy_from_slice(bytes_of(&words));
+            b.unmap();
+            b
+        } else {
+            device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("streampool params"),
+                contents: bytes_of(&words),
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+        };
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: uniform.as_entire_binding(),

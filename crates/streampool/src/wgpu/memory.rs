@@ -123,6 +123,12 @@ impl Memory {
         }
     }
 
+    /// Drops every buffer (the device is going away).
+    pub(crate) fn release_all(&self) {
+        let slab = std::mem::take(&mut *self.slab.lock());
+        drop(slab);
+    }
+
     /// The buffer holding `ptr` and the byte offset into it.
     pub(crate) fn resolve(&self, ptr: DevicePtr) -> Result<(wgpu::Buffer, u64)> {
         let (id, offset) = split(ptr);

@@ -2,7 +2,7 @@
 //!
 //! | concept   | here                                                                          |
 //! |-----------|-------------------------------------------------------------------------------|
-//! | device    | a `wgpu::Device` and its one `Queue`, on the adapter [`WgpuConfig`] picks      |
+//! | device    | a `wgpu::Device` and its one `Queue`, on the adapter [`WgpuConfig`] picks, kept for the process ([`opened`]) |
 //! | stream    | logical: its own command encoder, submitted in order to the one queue ([`stream`]) |
 //! | event     | a point in a stream's submissions: a `SubmissionIndex` waited with `Device::poll` |
 //! | copies    | through staging buffers mapped at creation (up) or mapped for reading (down)   |
@@ -22,6 +22,7 @@
 mod blocked;
 pub(crate) mod kernels;
 pub(crate) mod memory;
+mod opened;
 pub(crate) mod stream;
 
 use std::any::Any;
@@ -87,7 +88,16 @@ pub struct WgpuConfig {
     /// elsewhere the setting changes nothing. Also `STREAMPOOL_WGPU_COOP_MATRIX=1`.
     /// `Device::wgpu_cooperative_matrix` says what the adapter offers.
     pub cooperative_matrix: bool,
+    /// The longest a host wait for the GPU (a synchronize, a read-back) may take before it
+    /// fails with [`Error::Backend`] saying so, instead of blocking its caller for ever (a
+    /// lost device fails at once). `None`: the variable `STREAMPOOL_WGPU_WAIT_LIMIT_S`
+    /// (seconds) if set, else [`DEFAULT_WAIT_LIMIT`].
+    pub wait_limit: Option<std::time::Duration>,
 }
+
+/// The default of [`WgpuConfig::wait_limit`]: far above any one submission of ours (the
+/// largest MiniLM batch's forward takes milliseconds on the H100, a second on lavapipe).
+pub const DEFAULT_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Default for WgpuConfig {
     fn default() -> Self {
@@ -99,6 +109,7 @@ impl Default for WgpuConfig {
             matmul_tile: None,
             matmul_block: None,
             cooperative_matrix: false,
+            wait_limit: None,
         }
     }
 }
@@ -128,11 +139,35 @@ pub(crate) struct Shared {
     pub(crate) coop_matrix: (bool, Vec<String>),
     /// Read-back staging buffers kept per stream (`STREAMPOOL_WGPU_KEEP_READBACK=0`: none).
     pub(crate) keep_readback: bool,
-    /// The quarantine lock, when on: held around encoding, finishing and submission only.
-    pub(crate) quarantine: Option<Mutex<()>>,
+    /// Whether launch parameters go into buffers mapped at creation (`UNIFORM | MAP_WRITE`,
+    /// with `MAPPABLE_PRIMARY_BUFFERS`) rather than through a staging copy.
+    pub(crate) mapped_params: bool,
+    /// Whether the quarantine lock (the wgpu device's, `opened::Gpu::quarantine`) is taken:
+    /// held around encoding, finishing and submission only.
+    pub(crate) quarantine: bool,
+    /// How long a host wait for the GPU may take before it fails (see `WgpuConfig::wait_limit`).
+    pub(crate) wait_limit: std::time::Duration,
+    /// The wgpu device and queue (`device` and `queue` above are clones of them), shared with
+    /// other streampool devices on the same adapter and kept for the process's lifetime.
+    pub(crate) gpu: Arc<opened::Gpu>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The wgpu device outlives this streampool device (see `opened`): give its buffers
+        // back and poll once, so that wgpu frees the memory of those whose last submission is
+        // done now rather than at some later poll that may never come.
+        self.memory.release_all();
+        let _ = self.device.poll(wgpu::PollType::Poll);
+    }
 }
 
 impl Shared {
+    /// The quarantine lock's guard when it is on (see the module docs).
+    pub(crate) fn quarantined(&self) -> Option<crate::sync::MutexGuard<'_, ()>> {
+        self.quarantine.then(|| self.gpu.quarantine.lock())
+    }
+
     pub(crate) fn backend_err(&self, msg: String) -> Error {
         Error::Backend {
             device: self.name.clone(),
@@ -223,17 +258,7 @@ pub fn describe_adapters() -> Vec<String> {
         .collect()
 }
 
-fn instance() -> wgpu::Instance {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
-    // No validation layers unless asked for through wgpu's environment variables.
-    desc.flags = wgpu::InstanceFlags::empty().with_env();
-    wgpu::Instance::new(desc)
-}
-
-fn adapters() -> Vec<wgpu::Adapter> {
-    pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()))
-}
+use opened::adapters;
 
 impl WgpuDevice {
     fn open(config: &WgpuConfig) -> Result<(usize, Self)> {
@@ -307,29 +332,32 @@ impl WgpuDevice {
         if coop {
             required_features |= coop_features;
         }
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("streampool"),
-            required_features,
-            // The adapter's own limits: the largest buffers and bindings it allows.
-            required_limits: adapter.limits(),
-            // SAFETY: experimental features are only requested with `coop` (an explicit
-            // opt-in); wgpu's token acknowledges that they may have bugs. The one kernel
-            // that uses them is validated by naga in CI (tests/wgpu_coop_naga.rs).
-            experimental_features: if coop {
-                unsafe { wgpu::ExperimentalFeatures::enabled() }
-            } else {
-                wgpu::ExperimentalFeatures::disabled()
-            },
-            ..Default::default()
-        }))
-        .map_err(|e| Error::Unavailable(format!("wgpu: opening {}: {e}", info.name)))?;
+        // Launch parameters in buffers the host maps directly, where the adapter allows it
+        // (native `MAPPABLE_PRIMARY_BUFFERS`); `STREAMPOOL_WGPU_MAPPED_PARAMS=0` turns it off.
+        let mapped_params = adapter
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+            && std::env::var("STREAMPOOL_WGPU_MAPPED_PARAMS").as_deref() != Ok("0");
+        if mapped_params {
+            required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
+        let gpu = opened::open(adapter, required_features, coop)?;
         let name = format!("wgpu:{index} ({}, {:?})", info.name, info.backend);
-        // wgpu's default handler panics; errors outside our scopes are logged instead (all
-        // encoding and submission runs inside scopes, which report to the calling thread).
-        let log_name = name.clone();
-        device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
-            tracing::error!(device = %log_name, error = %e, "uncaptured wgpu error");
-        }));
+        let wait_limit = match config.wait_limit {
+            Some(d) => d,
+            None => match std::env::var("STREAMPOOL_WGPU_WAIT_LIMIT_S") {
+                Ok(v) if !v.is_empty() => v
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "STREAMPOOL_WGPU_WAIT_LIMIT_S={v:?}: expected seconds"
+                        ))
+                    })?,
+                _ => DEFAULT_WAIT_LIMIT,
+            },
+        };
         let quarantine = match config.quarantine {
             Quarantine::On => true,
             Quarantine::Off => false,
@@ -398,23 +426,26 @@ impl WgpuDevice {
                 })
                 .collect(),
         );
-        let memory = memory::Memory::new(name.clone(), &device.limits());
+        let memory = memory::Memory::new(name.clone(), &gpu.device.limits());
         Ok((
             index,
             Self {
                 shared: SharedRef::new(Shared {
-                    device,
-                    queue,
+                    device: gpu.device.clone(),
+                    queue: gpu.queue.clone(),
                     name,
                     memory,
                     kernels: KernelCache::new(),
-                    quarantine: quarantine.then(|| Mutex::new(())),
+                    quarantine,
+                    wait_limit,
                     shader_f16,
                     matmul,
                     attention_tiled: var("STREAMPOOL_WGPU_ATTENTION").as_deref() != Some("token"),
                     loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
                     coop_matrix,
                     keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
+                    mapped_params,
+                    gpu,
                 }),
             },
         ))
@@ -528,7 +559,11 @@ impl Device {
         Some(dev.shared.coop_matrix.clone())
     }
 
-    /// A new, separate wgpu device (own `wgpu::Device`, queue, pool, allocator and kernels).
+    /// A new, separate streampool device (own pool, allocator, buffers and kernels) on the
+    /// `wgpu::Device` and queue this process keeps for its adapter and features: opened on the
+    /// first call and never destroyed while the process runs (NVIDIA's Vulkan driver
+    /// deadlocks when a device is destroyed while other threads use it; see `wgpu/opened.rs`).
+    /// Events of two such devices are still not interchangeable.
     pub fn wgpu_with(config: WgpuConfig) -> Result<Device> {
         let (index, backend) = WgpuDevice::open(&config)?;
         Device::with_backend(

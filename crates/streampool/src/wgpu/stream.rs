@@ -179,7 +179,7 @@ impl Core {
         let submit_now = {
             let mut st = self.state.lock();
             // Quarantine: see `WgpuConfig::quarantine`; taken inside the state lock (one order).
-            let _q = shared.quarantine.as_ref().map(|q| q.lock());
+            let _q = shared.quarantined();
             let enc = st.encoder.get_or_insert_with(|| {
                 shared
                     .device
@@ -206,7 +206,7 @@ impl Core {
                 .device
                 .push_error_scope(wgpu::ErrorFilter::Validation);
             let buffer = {
-                let _q = shared.quarantine.as_ref().map(|q| q.lock());
+                let _q = shared.quarantined();
                 enc.finish()
             };
             if let Some(e) = pollster::block_on(scope.pop()) {
@@ -280,7 +280,7 @@ impl Core {
             .device
             .push_error_scope(wgpu::ErrorFilter::Validation);
         let (index, done) = {
-            let _q = shared.quarantine.as_ref().map(|q| q.lock());
+            let _q = shared.quarantined();
             let index = shared.queue.submit(buffers);
             let done = Arc::new(AtomicBool::new(false));
             let flag = done.clone();
@@ -309,18 +309,44 @@ impl Core {
         if sub.done.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.shared
-            .device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(sub.index.clone()),
-                timeout: None,
-            })
-            .map_err(|e| {
-                self.shared
-                    .backend_err(format!("waiting for the queue: {e}"))
-            })?;
+        self.wait_index(Some(sub.index.clone()))?;
         sub.done.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Blocks until submission `index` (with `None`: every submission so far) has completed,
+    /// for at most the device's wait limit: a wait the GPU never ends (a hung or lost device)
+    /// fails with an error saying so instead of blocking its caller for ever.
+    ///
+    /// One `Device::poll` with the whole limit as its timeout, not a loop of short ones:
+    /// wgpu-core 30 asserts (panics) when a timed-out wait finds the queue empty because
+    /// another thread's poll retired the submission between the timeout and its own
+    /// bookkeeping (seen on the H100 with a zero limit), so a timeout must only ever expire
+    /// on a GPU that is really stuck. A lost device ends the wait at once (the driver's wait
+    /// returns the loss, which wgpu reports as an error).
+    fn wait_index(&self, index: Option<wgpu::SubmissionIndex>) -> Result<()> {
+        let shared = &self.shared;
+        if let Some(why) = shared.gpu.lost() {
+            return Err(shared.backend_err(why));
+        }
+        let poll = shared.device.poll(wgpu::PollType::Wait {
+            submission_index: index,
+            timeout: Some(shared.wait_limit),
+        });
+        match poll {
+            Ok(_) => Ok(()),
+            Err(wgpu::PollError::Timeout) => Err(shared.backend_err(format!(
+                "the GPU did not finish a submission within the wait limit of {:?} \
+                 (WgpuConfig::wait_limit, STREAMPOOL_WGPU_WAIT_LIMIT_S){}",
+                shared.wait_limit,
+                shared
+                    .gpu
+                    .lost()
+                    .map(|w| format!("; {w}"))
+                    .unwrap_or_default()
+            ))),
+            Err(e) => Err(shared.backend_err(format!("waiting for the queue: {e}"))),
+        }
     }
 }
 
@@ -491,27 +517,24 @@ impl BackendStream for WgpuStream {
         });
         // Waits for this stream's newest submission (the copy), not for the whole queue; the
         // map callback runs inside a poll once the copy is done.
-        if let Some(sub) = sub {
-            self.core().wait_for(&sub)?;
+        let started = Instant::now();
+        match sub {
+            Some(sub) => self.core().wait_for(&sub)?,
+            None => self.core().wait_index(None)?,
         }
-        // The copy is done: a non-blocking poll fires the callback without waiting for other
-        // streams' work; a blocking one only if that did not.
-        let mut block = false;
-        let mapped = loop {
-            if let Ok(r) = rx.try_recv() {
-                break r;
-            }
-            let poll = if block {
-                wgpu::PollType::wait_indefinitely()
-            } else {
-                wgpu::PollType::Poll
-            };
-            shared
-                .device
-                .poll(poll)
-                .map_err(|e| shared.backend_err(format!("mapping: {e}")))?;
-            block = true;
-        };
+        // The copy is done: a non-blocking poll fires the callback, unless another thread's
+        // poll took it first, which then fires it (a poll always runs the callbacks it takes).
+        shared
+            .device
+            .poll(wgpu::PollType::Poll)
+            .map_err(|e| shared.backend_err(format!("mapping: {e}")))?;
+        let left = shared.wait_limit.saturating_sub(started.elapsed());
+        let mapped = rx.recv_timeout(left).map_err(|_| {
+            shared.backend_err(format!(
+                "a read-back buffer was not mapped within the wait limit of {:?}",
+                shared.wait_limit
+            ))
+        })?;
         mapped.map_err(|e| shared.backend_err(format!("mapping a read-back buffer: {e}")))?;
         {
             let view = staging
