@@ -24,6 +24,28 @@ use crate::{Error, Result};
 /// Alignment of CPU blocks: a cache line, enough for any SIMD load.
 const ALIGN: usize = 64;
 
+/// The host's physical memory in bytes (Linux: `sysconf`), read once; `None` where unknown.
+fn host_memory_bytes() -> Option<u64> {
+    static TOTAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `sysconf` only reads system configuration; it has no preconditions.
+            let (pages, page) = unsafe {
+                (
+                    libc::sysconf(libc::_SC_PHYS_PAGES),
+                    libc::sysconf(libc::_SC_PAGESIZE),
+                )
+            };
+            (pages > 0 && page > 0).then(|| pages as u64 * page as u64)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    })
+}
+
 /// The CPU device backend.
 pub(crate) struct CpuDevice {
     id: u64,
@@ -37,6 +59,21 @@ impl CpuDevice {
 
 impl BackendMemory for CpuDevice {
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        // A block larger than the host's memory can never be backed: refuse it here. With
+        // overcommit (`vm.overcommit_memory=1`, common on large hosts and in containers)
+        // `malloc` would hand out the address space, and the first kernel writing it would
+        // page-fault its way into the OOM killer instead of the caller getting an error.
+        if let Some(total) = host_memory_bytes() {
+            if bytes as u64 > total {
+                return Err(Error::OutOfMemory {
+                    device: "cpu".into(),
+                    requested: bytes,
+                    allocated: 0,
+                    reserved: 0,
+                    limit: Some(usize::try_from(total).unwrap_or(usize::MAX)),
+                });
+            }
+        }
         let layout = Layout::from_size_align(bytes.max(1), ALIGN)
             .map_err(|e| Error::InvalidArgument(format!("allocation of {bytes} bytes: {e}")))?;
         // SAFETY: the layout has non-zero size.
