@@ -925,6 +925,38 @@ fn half_ops_match_the_cpu_backend() {
             }),
         ),
         (
+            // 65-128 keys at width 32 take the whole-sequence kernel (sp_attention_seq32):
+            // 40 x 12 items, more than its grid, so blocks loop and prefetch; padded keys
+            // from the mask.
+            "attention 128 keys, 40 x 12 items",
+            vec![vec![40, 128, 3 * h]],
+            Box::new(move |t| {
+                let mask: Vec<f32> = (0..40 * 128)
+                    .map(|i| (i % 128 < 128 - 3 * (i / 128)) as u8 as f32)
+                    .collect();
+                t[0].attention(
+                    Some(&Tensor::from_vec(mask, &[40, 128], t[0].device())?),
+                    nh,
+                )
+            }),
+        ),
+        (
+            // Packed, longest 128: the whole-sequence kernel with per-sequence lengths 0, 1,
+            // 64, 65 and 128 (one or two key tiles, an empty sequence).
+            "attention packed, longest 128",
+            vec![vec![258, 3 * h]],
+            Box::new(move |t| {
+                let off = vec![0i64, 65, 66, 66, 194, 258];
+                let off = Tensor::from_vec(off, &[6], t[0].device())?;
+                t[0].attention_packed(&off, 128, nh)
+            }),
+        ),
+        (
+            "embedding rows of 16-byte chunks",
+            vec![vec![50, h]],
+            Box::new(|t| t[0].embedding(&[3, 0, 49, 3, 17, 22], &[2, 3])),
+        ),
+        (
             "attention d=64 no mask",
             vec![vec![2, 300, 3 * 128]],
             Box::new(|t| t[0].attention(None, 2)),
