@@ -14,8 +14,9 @@
 # command of a device run with carry [".dev-s8-cuda"]:
 #   DEADLINE=SECONDS bash .dev-s8-cuda/s8.sh STEPS
 # STEPS, comma-separated, run in this order:
-#   tests  the CUDA suites (STREAMPOOL_CUDA_ATTN default, and the half-type ops again with
-#          seq3), compute-sanitizer memcheck + racecheck on half_ops_match_the_cpu_backend
+#   tests  the CUDA suites (STREAMPOOL_CUDA_ATTN default; the new kernels' test and the
+#          half-type ops again with seq3 and tile), compute-sanitizer memcheck + racecheck on
+#          whole_sequence_attention_and_chunked_gather_match_cpu with seq and seq3
 #   ours   `streampool bench` forward at 32/128/256/512 tokens and the mix, batches 64 and 512:
 #          ours, main's, ours, main's, ours (alternating, to see the spread)
 #   ab     ours at 128 tokens with STREAMPOOL_CUDA_ATTN=tile / seq / seq3
@@ -60,16 +61,20 @@ if has tests && room tests 60; then
         echo "$(basename "$t"): exit $? $(grep -E '^test result' $O/test-$(basename "$t").log | tail -1)" | tee -a $O/tests.txt
     done
     core=/tmp/t/cuda
-    STREAMPOOL_CUDA_ATTN=seq3 timeout 100 $core --test-threads 1 --nocapture half_ops_match_the_cpu_backend > $O/test-cuda-seq3.log 2>&1
-    echo "cuda (ATTN=seq3) half_ops: exit $? $(grep -E '^test result' $O/test-cuda-seq3.log)" | tee -a $O/tests.txt
+    new=whole_sequence_attention_and_chunked_gather_match_cpu
+    for attn in seq3 tile; do
+        STREAMPOOL_CUDA_ATTN=$attn timeout 100 $core --test-threads 1 --nocapture $new half_ops_match_the_cpu_backend \
+            > $O/test-cuda-$attn.log 2>&1
+        echo "cuda (ATTN=$attn) new + half_ops: exit $? $(grep -E '^test result' $O/test-cuda-$attn.log)" | tee -a $O/tests.txt
+    done
     grep -hE "attention|embedding" $O/test-cuda.log $O/test-cuda-seq3.log | head -40
     grep -hE "cosine" $O/test-nn-cuda.log | head -10
-    for v in seq:memcheck seq:racecheck seq3:racecheck; do
+    for v in seq:memcheck seq:racecheck seq3:memcheck seq3:racecheck; do
         IFS=: read attn tool <<< "$v"
         room "sanitize $v" 40 || continue
         STREAMPOOL_CUDA_ATTN=$attn timeout $(( $(left) < 150 ? $(left) - 20 : 130 )) compute-sanitizer --tool $tool \
-            $core --test-threads 1 half_ops_match_the_cpu_backend > $O/$tool-$attn.log 2>&1
-        echo "$tool ATTN=$attn half_ops: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' $O/$tool-$attn.log | tr '\n' ' ')" | tee -a $O/tests.txt
+            $core --test-threads 1 $new > $O/$tool-$attn.log 2>&1
+        echo "$tool ATTN=$attn $new: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' $O/$tool-$attn.log | tr '\n' ' ')" | tee -a $O/tests.txt
     done
     stamp "tests done"
 fi
