@@ -620,8 +620,8 @@ SP_EXPORT3(sp_index_select, index_select_k,
            (table, ids, out, n_ids, row_len, table_rows))
 // Kernel::IndexSelect in 16-byte chunks (rows a multiple of 16 bytes, table and out 16-byte
 // aligned; any dtype): one chunk per thread instead of one element, and one id load and
-// division per chunk. The element kernel above took 108 us for MiniLM's 512 x 128 f16 word
-// embeddings on the H100 (50 MB out).
+// division per chunk. On the H100 MiniLM's 512 x 128 f16 word embeddings (50 MB out) took
+// 108 us with the element kernel above and 19 us with this one (ncu, clocks locked).
 extern "C" __global__ void sp_index_select16(const uint4* table, const i64* ids, uint4* out, u64 n_ids, u64 chunks,
                                              u64 table_rows) {
     const u64 n = n_ids * chunks;
@@ -909,136 +909,6 @@ __device__ __forceinline__ void attention_tile_load(const u16* qkv, const float*
     }
 }
 
-// One key tile of one warp's 16 queries (rows g and g + 8 of this lane): the scores
-// against keys [k0, k0 + KT) staged in `kt`, `vt` and `mt` (shared memory), the online
-// softmax update of the running max `m`, sum `l` and output `acc`, and P.V on the tensor cores.
-template <class D, int HD, int KT>
-__device__ __forceinline__ void attention_mma_tile(const u16* kt, const u16* vt, const float* mt, int k0, int seq,
-                                                   int lane, const unsigned (&qa)[HD / 16][4], float (&acc)[HD / 8][4],
-                                                   float& m0, float& m1, float& l0, float& l1) {
-    constexpr int P = HD + 8;  // tile row length in shared memory (elements)
-    const int t = lane & 3;
-    // ldmatrix row addresses of this lane: for K, keys 16 * n2 + (lane >> 4) * 8 + (lane & 7) at
-    // column offset ((lane >> 3) & 1) * 8 (two key blocks of 8, both halves of a 16-wide k step);
-    // for V, keys ((lane >> 3) & 1) * 8 + (lane & 7) at column (lane >> 4) * 8 (both key halves
-    // of a k step, two column blocks of 8).
-    const int krow = (lane >> 4) * 8 + (lane & 7), kcol = ((lane >> 3) & 1) * 8;
-    const int vrow = ((lane >> 3) & 1) * 8 + (lane & 7), vcol = (lane >> 4) * 8;
-    float sc[KT / 8][4];
-#pragma unroll
-    for (int n2 = 0; n2 < KT / 16; ++n2) {
-        float* s0 = sc[2 * n2];
-        float* s1 = sc[2 * n2 + 1];
-        s0[0] = s0[1] = s0[2] = s0[3] = 0.0f;
-        s1[0] = s1[1] = s1[2] = s1[3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; ++kk) {
-            unsigned kb[4];
-            sp_ldmatrix4(kb, kt + (n2 * 16 + krow) * P + kk * 16 + kcol);
-            Mma<D>::run(s0, qa[kk], kb[0], kb[1]);
-            Mma<D>::run(s1, qa[kk], kb[2], kb[3]);
-        }
-    }
-    // Padded keys score -FLT_MAX (Hugging Face's additive mask), keys past the end -inf.
-    // A tile of real keys only (the usual case: batches of one length) skips the
-    // per-score selects; the test is warp-uniform.
-    bool all_real = true;
-#pragma unroll
-    for (int j = lane; j < KT; j += 32) all_real &= k0 + j < seq && mt[j] > 0.0f;
-    if (!__all_sync(0xffffffff, all_real)) {
-#pragma unroll
-        for (int n = 0; n < KT / 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = n * 8 + 2 * t + (e & 1);
-                const float mk = mt[j];
-                const float v = sc[n][e];
-                sc[n][e] = k0 + j >= seq ? SP_NEG_INF : (mk > 0.0f ? v : (mk == 0.0f ? -SP_FLT_MAX : SP_NEG_INF));
-            }
-        }
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int n = 0; n < KT / 8; ++n) {
-        mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
-        mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
-    }
-    // The four lanes of a quad share a row.
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
-    // mx0, mx1 are finite: the first tile holds key 0, which is real or padded, never -inf.
-    const float c0 = sp_ex2((m0 - mx0) * SP_LOG2E), c1 = sp_ex2((m1 - mx1) * SP_LOG2E);
-    const float b0 = mx0 * SP_LOG2E, b1 = mx1 * SP_LOG2E;
-    l0 *= c0;
-    l1 *= c1;
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-        acc[n][0] *= c0;
-        acc[n][1] *= c0;
-        acc[n][2] *= c1;
-        acc[n][3] *= c1;
-    }
-#pragma unroll
-    for (int n = 0; n < KT / 8; ++n) {
-        sc[n][0] = sp_ex2(fmaf(sc[n][0], SP_LOG2E, -b0));
-        sc[n][1] = sp_ex2(fmaf(sc[n][1], SP_LOG2E, -b0));
-        sc[n][2] = sp_ex2(fmaf(sc[n][2], SP_LOG2E, -b1));
-        sc[n][3] = sp_ex2(fmaf(sc[n][3], SP_LOG2E, -b1));
-        l0 += sc[n][0] + sc[n][1];
-        l1 += sc[n][2] + sc[n][3];
-    }
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; ++kk) {
-        unsigned pa[4];
-        pa[0] = Mma<D>::pack(sc[2 * kk][0], sc[2 * kk][1]);
-        pa[1] = Mma<D>::pack(sc[2 * kk][2], sc[2 * kk][3]);
-        pa[2] = Mma<D>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-        pa[3] = Mma<D>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-#pragma unroll
-        for (int n2 = 0; n2 < HD / 16; ++n2) {
-            unsigned vb[4];
-            sp_ldmatrix4_trans(vb, vt + (kk * 16 + vrow) * P + n2 * 16 + vcol);
-            Mma<D>::run(acc[2 * n2], pa, vb[0], vb[1]);
-            Mma<D>::run(acc[2 * n2 + 1], pa, vb[2], vb[3]);
-        }
-    }
-    m0 = mx0;
-    m1 = mx1;
-}
-
-// Query rows r0 and r1 (zeros past `seq`) as one warp's A fragments for the score mma.
-template <int HD>
-__device__ __forceinline__ void attention_q_load(unsigned (&qa)[HD / 16][4], const u16* qkv, u64 base, u64 row, int r0,
-                                                 int r1, int seq, int t) {
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-        const int c = kk * 16 + 2 * t;
-        qa[kk][0] = r0 < seq ? sp_ld2(qkv + base + (u64)r0 * row + c) : 0u;
-        qa[kk][1] = r1 < seq ? sp_ld2(qkv + base + (u64)r1 * row + c) : 0u;
-        qa[kk][2] = r0 < seq ? sp_ld2(qkv + base + (u64)r0 * row + c + 8) : 0u;
-        qa[kk][3] = r1 < seq ? sp_ld2(qkv + base + (u64)r1 * row + c + 8) : 0u;
-    }
-}
-
-// Rows r0 and r1 of head h's output: the accumulators over the quad's summed `l`.
-template <class D, int HD>
-__device__ __forceinline__ void attention_mma_store(u16* o, const float (&acc)[HD / 8][4], float l0, float l1, u64 first,
-                                                    u64 hid, int h, int r0, int r1, int seq, int t) {
-    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
-    const float i0 = 1.0f / l0, i1 = 1.0f / l1;
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-        const u64 c = (u64)h * HD + n * 8 + 2 * t;
-        if (r0 < seq) *(unsigned*)(o + (first + r0) * hid + c) = Mma<D>::pack(acc[n][0] * i0, acc[n][1] * i0);
-        if (r1 < seq) *(unsigned*)(o + (first + r1) * hid + c) = Mma<D>::pack(acc[n][2] * i1, acc[n][3] * i1);
-    }
-}
-
 template <class D, int HD>
 __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* mask, const i64* offsets, void* out,
                                                 int seq, int heads, i64 tokens) {
@@ -1067,12 +937,25 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
     attention_tile_load<HD, KT>(qkv, mask, ks[0], vs[0], ms[0], base, row, hid, mrow, 0, seq);
     sp_cp_commit();
     unsigned qa[HD / 16][4];
-    attention_q_load<HD>(qa, qkv, base, row, r0, r1, seq, t);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        const int c = kk * 16 + 2 * t;
+        qa[kk][0] = r0 < seq ? sp_ld2(qkv + base + (u64)r0 * row + c) : 0u;
+        qa[kk][1] = r1 < seq ? sp_ld2(qkv + base + (u64)r1 * row + c) : 0u;
+        qa[kk][2] = r0 < seq ? sp_ld2(qkv + base + (u64)r0 * row + c + 8) : 0u;
+        qa[kk][3] = r1 < seq ? sp_ld2(qkv + base + (u64)r1 * row + c + 8) : 0u;
+    }
     float acc[HD / 8][4];
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     // Running max and (this lane's partial) sum of rows g and g + 8.
     float m0 = SP_NEG_INF, m1 = SP_NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    // ldmatrix row addresses of this lane: for K, keys 16 * n2 + (lane >> 4) * 8 + (lane & 7) at
+    // column offset ((lane >> 3) & 1) * 8 (two key blocks of 8, both halves of a 16-wide k step);
+    // for V, keys ((lane >> 3) & 1) * 8 + (lane & 7) at column (lane >> 4) * 8 (both key halves
+    // of a k step, two column blocks of 8).
+    const int krow = (lane >> 4) * 8 + (lane & 7), kcol = ((lane >> 3) & 1) * 8;
+    const int vrow = ((lane >> 3) & 1) * 8 + (lane & 7), vcol = (lane >> 4) * 8;
     for (int tile = 0; tile < ntiles; ++tile) {
         const int buf = tile & 1, k0 = tile * KT;
         if (tile + 1 < ntiles) {
@@ -1086,13 +969,107 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
         }
         __syncthreads();
         if (q0 < seq) {  // warp-uniform: a warp past the end only helps with the copies
-            attention_mma_tile<D, HD, KT>(ks[buf], vs[buf], ms[buf], k0, seq, lane, qa, acc, m0, m1, l0, l1);
+            const u16* kt = ks[buf];
+            const u16* vt = vs[buf];
+            float sc[KT / 8][4];
+#pragma unroll
+            for (int n2 = 0; n2 < KT / 16; ++n2) {
+                float* s0 = sc[2 * n2];
+                float* s1 = sc[2 * n2 + 1];
+                s0[0] = s0[1] = s0[2] = s0[3] = 0.0f;
+                s1[0] = s1[1] = s1[2] = s1[3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; ++kk) {
+                    unsigned kb[4];
+                    sp_ldmatrix4(kb, kt + (n2 * 16 + krow) * P + kk * 16 + kcol);
+                    Mma<D>::run(s0, qa[kk], kb[0], kb[1]);
+                    Mma<D>::run(s1, qa[kk], kb[2], kb[3]);
+                }
+            }
+            // Padded keys score -FLT_MAX (Hugging Face's additive mask), keys past the end -inf.
+            // A tile of real keys only (the usual case: batches of one length) skips the
+            // per-score selects; the test is warp-uniform.
+            const float* mt = ms[buf];
+            bool all_real = true;
+#pragma unroll
+            for (int j = lane; j < KT; j += 32) all_real &= k0 + j < seq && mt[j] > 0.0f;
+            if (!__all_sync(0xffffffff, all_real)) {
+#pragma unroll
+                for (int n = 0; n < KT / 8; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int j = n * 8 + 2 * t + (e & 1);
+                        const float mk = mt[j];
+                        const float v = sc[n][e];
+                        sc[n][e] = k0 + j >= seq ? SP_NEG_INF : (mk > 0.0f ? v : (mk == 0.0f ? -SP_FLT_MAX : SP_NEG_INF));
+                    }
+                }
+            }
+            float mx0 = m0, mx1 = m1;
+#pragma unroll
+            for (int n = 0; n < KT / 8; ++n) {
+                mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+                mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+            }
+            // The four lanes of a quad share a row.
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+            // mx0, mx1 are finite: the first tile holds key 0, which is real or padded, never -inf.
+            const float c0 = sp_ex2((m0 - mx0) * SP_LOG2E), c1 = sp_ex2((m1 - mx1) * SP_LOG2E);
+            const float b0 = mx0 * SP_LOG2E, b1 = mx1 * SP_LOG2E;
+            l0 *= c0;
+            l1 *= c1;
+#pragma unroll
+            for (int n = 0; n < HD / 8; ++n) {
+                acc[n][0] *= c0;
+                acc[n][1] *= c0;
+                acc[n][2] *= c1;
+                acc[n][3] *= c1;
+            }
+#pragma unroll
+            for (int n = 0; n < KT / 8; ++n) {
+                sc[n][0] = sp_ex2(fmaf(sc[n][0], SP_LOG2E, -b0));
+                sc[n][1] = sp_ex2(fmaf(sc[n][1], SP_LOG2E, -b0));
+                sc[n][2] = sp_ex2(fmaf(sc[n][2], SP_LOG2E, -b1));
+                sc[n][3] = sp_ex2(fmaf(sc[n][3], SP_LOG2E, -b1));
+                l0 += sc[n][0] + sc[n][1];
+                l1 += sc[n][2] + sc[n][3];
+            }
+#pragma unroll
+            for (int kk = 0; kk < KT / 16; ++kk) {
+                unsigned pa[4];
+                pa[0] = Mma<D>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+                pa[1] = Mma<D>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+                pa[2] = Mma<D>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                pa[3] = Mma<D>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+                for (int n2 = 0; n2 < HD / 16; ++n2) {
+                    unsigned vb[4];
+                    sp_ldmatrix4_trans(vb, vt + (kk * 16 + vrow) * P + n2 * 16 + vcol);
+                    Mma<D>::run(acc[2 * n2], pa, vb[0], vb[1]);
+                    Mma<D>::run(acc[2 * n2 + 1], pa, vb[2], vb[3]);
+                }
+            }
+            m0 = mx0;
+            m1 = mx1;
         }
         // Every warp is done with this buffer before the next iteration refills it.
         __syncthreads();
     }
     if (q0 >= seq) return;
-    attention_mma_store<D, HD>(o, acc, l0, l1, first, hid, h, r0, r1, seq, t);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+        const u64 c = (u64)h * HD + n * 8 + 2 * t;
+        if (r0 < seq) *(unsigned*)(o + (first + r0) * hid + c) = Mma<D>::pack(acc[n][0] * i0, acc[n][1] * i0);
+        if (r1 < seq) *(unsigned*)(o + (first + r1) * hid + c) = Mma<D>::pack(acc[n][2] * i1, acc[n][3] * i1);
+    }
 #endif
 }
 // Blocks of 4 warps (64 queries; the launcher's SP_MMA_WARPS), with the register budget
@@ -1113,108 +1090,6 @@ SP_ATTN_MMA(16, 5)
 SP_ATTN_MMA(32, 5)
 SP_ATTN_MMA(64, 4)
 SP_ATTN_MMA(128, 3)
-
-// Kernel::Attention for sequences of up to SP_SEQ_KEYS keys at head width HD (16 or 32: two
-// full buffers of K and V fit the 48 KiB of static shared memory): one work item per
-// (sequence, head), one warp per 16 of its queries, and a grid of a few blocks per SM that
-// loops over the items. While a block computes one item, the next item's K, V and mask
-// stream into its other buffer (cp.async) and its queries into registers, so every block
-// keeps a load in flight; attention_mma_k's blocks each wait for their first tile, and at
-// 128 tokens read K and V once per 64 queries.
-#define SP_SEQ_KEYS 128
-template <class D, int HD, int KT>
-__device__ __forceinline__ void attention_seq_k(const void* qkvv, const float* mask, const i64* offsets, void* out,
-                                                int seq, int heads, int batch, i64 tokens) {
-#if __CUDA_ARCH__ >= 800
-    constexpr int LT = 64;  // keys per attention_tile_load call (one 16-byte copy per thread)
-    constexpr int P = HD + 8;
-    __shared__ __align__(16) u16 ks[2][SP_SEQ_KEYS * P];
-    __shared__ __align__(16) u16 vs[2][SP_SEQ_KEYS * P];
-    __shared__ __align__(16) float ms[2][SP_SEQ_KEYS];
-    const u16* qkv = (const u16*)qkvv;
-    u16* o = (u16*)out;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = warp * 16, r0 = q0 + g, r1 = q0 + g + 8;
-    const u64 hid = (u64)heads * HD, row = 3 * hid;
-    const i64 items = (i64)batch * heads;
-    i64 item = blockIdx.x;
-    if (item >= items) return;  // block-uniform
-    // Item `it`'s first row, length and K/V/mask copies into buffer `buf`.
-    auto start = [&](i64 it, int buf, u64* first, int* n) {
-        sp_seq_rows(offsets, (u64)(it / heads), seq, tokens, first, n);
-        const u64 base = *first * row + (u64)(it % heads) * HD;
-        for (int k0 = 0; k0 < *n; k0 += LT) {
-            attention_tile_load<HD, LT>(qkv, mask, ks[buf] + k0 * P, vs[buf] + k0 * P, ms[buf] + k0, base, row, hid,
-                                        *first, k0, *n);
-        }
-        sp_cp_commit();
-        return base;
-    };
-    u64 first;
-    int n;
-    u64 base = start(item, 0, &first, &n);
-    unsigned qa[HD / 16][4];
-    attention_q_load<HD>(qa, qkv, base, row, r0, r1, n, t);
-    for (int it = 0;; ++it) {
-        const int buf = it & 1;
-        const i64 next = item + gridDim.x;
-        u64 nfirst = 0, nbase = 0;
-        int nn = 0;
-        unsigned qn[HD / 16][4];
-        if (next < items) {
-            // The other buffer was last read in the previous iteration, which ended at a barrier.
-            nbase = start(next, buf ^ 1, &nfirst, &nn);
-            attention_q_load<HD>(qn, qkv, nbase, row, r0, r1, nn, t);
-            sp_cp_wait<1>();
-        } else {
-            sp_cp_wait<0>();
-        }
-        __syncthreads();
-        if (q0 < n) {  // warp-uniform: a warp past the end only helps with the copies
-            float acc[HD / 8][4];
-#pragma unroll
-            for (int c = 0; c < HD / 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
-            float m0 = SP_NEG_INF, m1 = SP_NEG_INF, l0 = 0.0f, l1 = 0.0f;
-#pragma unroll 1
-            for (int k0 = 0; k0 < SP_SEQ_KEYS; k0 += KT) {
-                if (k0 < n) {
-                    attention_mma_tile<D, HD, KT>(ks[buf] + k0 * P, vs[buf] + k0 * P, ms[buf] + k0, k0, n, lane, qa,
-                                                  acc, m0, m1, l0, l1);
-                }
-            }
-            attention_mma_store<D, HD>(o, acc, l0, l1, first, hid, (int)(item % heads), r0, r1, n, t);
-        }
-        // Every warp is done with this buffer before the next iteration refills it.
-        __syncthreads();
-        if (next >= items) break;
-        item = next;
-        first = nfirst;
-        n = nn;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; ++kk) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) qa[kk][e] = qn[kk][e];
-        }
-    }
-#endif
-}
-// Blocks of 8 warps (the 128 queries of a sequence; the launcher's SEQ_WARPS) and `minb` of
-// them per SM by the register budget, scoring `kt` keys at a time; the launcher sizes the
-// grid by the occupancy. NVRTC 12.9 for sm_90: b2 (64 keys) 125 registers, b3 (32 keys, fewer
-// live scores) 80 registers with 20 bytes spilled.
-#define SP_ATTN_SEQ(hd, minb, kt)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(256, minb) sp_attention_seq##hd##_b##minb##_f16(                   \
-        const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, int batch,           \
-        i64 tokens) {                                                                                               \
-        attention_seq_k<F16, hd, kt>(qkv, mask, offsets, out, seq, heads, batch, tokens);                              \
-    }                                                                                                               \
-    extern "C" __global__ void __launch_bounds__(256, minb) sp_attention_seq##hd##_b##minb##_bf16(                  \
-        const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, int batch,           \
-        i64 tokens) {                                                                                               \
-        attention_seq_k<BF16, hd, kt>(qkv, mask, offsets, out, seq, heads, batch, tokens);                             \
-    }
-SP_ATTN_SEQ(32, 2, 64)
-SP_ATTN_SEQ(32, 3, 32)
 
 // Kernel::MeanPoolNorm: one block per sentence; thread c sums column c over the real tokens.
 template <class D>

@@ -12,7 +12,7 @@ use cudarc::driver::{result, CudaFunction, DeviceRepr};
 
 use super::blas::Blas;
 use super::driver_err;
-use super::module::{Module, SEQ_THREADS};
+use super::module::Module;
 use crate::kernel::{Activation, BinaryOp, GateActivation, Kernel, ReduceOp, Strided, UnaryOp};
 use crate::phases::timed;
 use crate::sync::Mutex;
@@ -76,25 +76,6 @@ const POOL_MAX_DIM: usize = 1024;
 /// Warps per block of the tensor-core attention (`__launch_bounds__(128, ..)` in kernels.cu).
 const MMA_WARPS: usize = 4;
 const LN_ROWS_PER_BLOCK: usize = 8;
-
-/// Which tensor-core attention runs sequences of 65 to 128 keys at head width 32
-/// (`STREAMPOOL_CUDA_ATTN`): `seq` (default) and `seq3` the whole-sequence kernels
-/// `sp_attention_seq32_b2` / `_b3`, `tile` the per-64-queries kernel that runs every other
-/// shape; kept to compare them on a GPU.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SeqAttention {
-    Tile,
-    Seq(usize),
-}
-
-fn seq_attention() -> SeqAttention {
-    static CHOICE: std::sync::OnceLock<SeqAttention> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| match std::env::var("STREAMPOOL_CUDA_ATTN").as_deref() {
-        Ok("tile") => SeqAttention::Tile,
-        Ok("seq3") => SeqAttention::Seq(1),
-        _ => SeqAttention::Seq(0),
-    })
-}
 
 /// Whether f16/bf16 layer norms take `sp_layer_norm_vec8` (a half-warp per row, 16-byte
 /// accesses) rather than the warp-per-row kernel: yes unless `STREAMPOOL_CUDA_LN=warp`, kept
@@ -482,12 +463,14 @@ impl Launcher<'_> {
                 }
                 let (pt, pi, po) = (table.0, ids.0, out.0);
                 let (ni, rl, tr) = (n_ids as u64, row_len as u64, table_rows as u64);
+                // Rows of whole 16-byte chunks (f16 rows of a multiple of 8, f32 of 4) take the
+                // chunked kernel.
                 let row_bytes = row_len * dtype.size();
                 if row_bytes % 16 == 0 && aligned16(&[pt, po]) {
                     let chunks = (row_bytes / 16) as u64;
                     return self.go(
                         &m.index_select16,
-                        grid(n_ids * row_bytes / 16),
+                        grid(n_ids * chunks as usize),
                         THREADS,
                         &mut args![pt, pi, po, ni, chunks, tr],
                     );
@@ -581,23 +564,6 @@ impl Launcher<'_> {
                     m.tensor_cores && ATTENTION_HEAD_DIMS[slot] == head_dim,
                     aligned16(&[pq, po]),
                 ) {
-                    // Sequences of 65 to 128 keys at width 32: one work item per (sequence,
-                    // head), blocks looping over the items with the next one's loads in
-                    // flight (kernels.cu, attention_seq_k). Shorter sequences already read
-                    // K and V once per block below, with fewer idle warps.
-                    if let (SeqAttention::Seq(v), 65..=128, 32) = (seq_attention(), seq, head_dim) {
-                        let items = batch * heads;
-                        let blocks = m.attention_seq_blocks[v] as usize;
-                        if blocks > 0 {
-                            let b32 = dim32(batch)?;
-                            return self.go(
-                                &m.attention_seq32[v][t],
-                                blocks.min(items) as u32,
-                                SEQ_THREADS,
-                                &mut args![pq, pm, poff, po, s, h, b32, tokens],
-                            );
-                        }
-                    }
                     // One warp per 16 queries, up to MMA_WARPS per block: the kernels'
                     // launch bounds are sized for it (kernels.cu, SP_ATTN_MMA).
                     let warps = seq.div_ceil(16).min(MMA_WARPS);

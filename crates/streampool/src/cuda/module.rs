@@ -3,7 +3,6 @@
 //! [`KernelCache`](crate::KernelCache). How the module's image is made (an NVRTC compile or
 //! the on-disk cache) is [`super::nvrtc`]'s business.
 
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 
 use super::driver_err;
@@ -15,10 +14,6 @@ use crate::{DType, Error, Result};
 
 /// The CUDA C source of every kernel.
 pub(crate) const SOURCE: &str = include_str!("kernels.cu");
-
-/// Threads per block of `sp_attention_seq32_b*` (`__launch_bounds__(256, ..)` in kernels.cu):
-/// 8 warps, one per 16 of a sequence's up to 128 queries.
-pub(super) const SEQ_THREADS: u32 = 256;
 
 /// One kernel in each floating-point storage type: `NAME_f32`, `NAME_f16`, `NAME_bf16`.
 pub(crate) struct PerDType([CudaFunction; 3]);
@@ -53,7 +48,7 @@ pub(crate) struct Module {
     pub(super) bias_act4: PerDType,
     pub(super) bias_act_rows8: PerDType,
     pub(super) index_select: PerDType,
-    /// `sp_index_select16`: 16-byte chunks of rows, any dtype.
+    /// `sp_index_select16`: rows in 16-byte chunks, any dtype.
     pub(super) index_select16: CudaFunction,
     pub(super) reduce: PerDType,
     pub(super) reduce_rows: PerDType,
@@ -61,12 +56,6 @@ pub(crate) struct Module {
     /// Tensor-core attention per head width of `ATTENTION_HEAD_DIMS` (16, 32, 64, 128),
     /// `[f16, bf16]`; only when `tensor_cores` (the kernels are empty below sm_80).
     pub(super) attention_mma: [[CudaFunction; 2]; 4],
-    /// Whole-sequence tensor-core attention at head width 32 (`sp_attention_seq32_b{2,3}`),
-    /// `[b2, b3][f16, bf16]`, and each variant's grid: the SM count times the blocks that
-    /// fit one SM (0 when the occupancy query failed: the launcher then keeps the tiled
-    /// kernel).
-    pub(super) attention_seq32: [[CudaFunction; 2]; 2],
-    pub(super) attention_seq_blocks: [u32; 2],
     pub(super) tensor_cores: bool,
     pub(super) mean_pool_norm: PerDType,
     pub(super) rms_norm: PerDType,
@@ -88,22 +77,14 @@ impl Module {
         // mma.sync with f16/bf16 inputs and f32 accumulation needs sm_80.
         let tensor_cores = matches!(cc, Some((major, _)) if major >= 8);
         let module = nvrtc::load(ctx, device, "streampool_kernels.cu", SOURCE, cc, disk)?;
-        let sms = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_or(0, |n| n.max(0) as u32);
         timed("kernels loaded", || {
-            Self::functions(module, tensor_cores, sms, device)
+            Self::functions(module, tensor_cores, device)
         })
     }
 
     /// Looks up every function the launcher uses (with lazy module loading, the driver
     /// loads each one's code here).
-    fn functions(
-        module: Arc<CudaModule>,
-        tensor_cores: bool,
-        sms: u32,
-        device: &str,
-    ) -> Result<Module> {
+    fn functions(module: Arc<CudaModule>, tensor_cores: bool, device: &str) -> Result<Module> {
         let f = |name: &str| {
             module
                 .load_function(name)
@@ -116,23 +97,6 @@ impl Module {
                 f(&format!("{name}_bf16"))?,
             ]))
         };
-        let seq32 = |minb: usize| -> Result<[CudaFunction; 2]> {
-            Ok([
-                f(&format!("sp_attention_seq32_b{minb}_f16"))?,
-                f(&format!("sp_attention_seq32_b{minb}_bf16"))?,
-            ])
-        };
-        let attention_seq32 = [seq32(2)?, seq32(3)?];
-        // Blocks per SM as the registers and shared memory allow (the kernels are empty
-        // below sm_80, where they are never launched).
-        let per_sm = |k: &CudaFunction| {
-            k.occupancy_max_active_blocks_per_multiprocessor(SEQ_THREADS, 0, None)
-                .unwrap_or(0)
-        };
-        let attention_seq_blocks = [
-            sms * per_sm(&attention_seq32[0][0]),
-            sms * per_sm(&attention_seq32[1][0]),
-        ];
         Ok(Module {
             fill: f3("sp_fill")?,
             cast: f("sp_cast")?,
@@ -173,8 +137,6 @@ impl Module {
                 };
                 [f2(16)?, f2(32)?, f2(64)?, f2(128)?]
             },
-            attention_seq32,
-            attention_seq_blocks,
             tensor_cores,
             mean_pool_norm: f3("sp_mean_pool_norm")?,
             rms_norm: f3("sp_rms_norm")?,
