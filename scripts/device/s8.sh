@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 20, session 8, on the H100: the whole-sequence attention (sp_attention_seq32) and the
-# 16-byte index_select against main's binary (6442474), in one or two device calls.
+# Issue 20, session 8, on the H100: this branch (16-byte index_select, 1 MiB upload-ring
+# segments) against main's binary (6442474) and PyTorch, in one device call.
 #
 # Build here (this branch, then main's checkout into the same target folder):
 #   cargo build --release -p streampool-cli --features cuda          (-> $D/streampool.xz)
@@ -9,18 +9,17 @@
 #       --test cuda_kernel_cache --no-run; cargo test ... -p streampool-nn --test cuda --no-run
 #   (main, 6442474) cargo build --release -p streampool-cli --features cuda (-> $D/base.xz)
 # every binary stripped and xz'd into $D (tests under $D/tests), MiniLM's fp16 folder in
-# $D/minilm with model.safetensors xz'd (the 64 MiB carry), and bench/torch_baseline.py,
-# bench/compare.py, scripts/device/ncu_summary.py and this script copied into $D. Then, as the
-# command of a device run with carry [".dev-s8-cuda"]:
+# $D/minilm with model.safetensors xz'd (`xz --lzma2=preset=6,lc=1,lp=1,pb=1`: 39 MB, so all
+# of it fits the 64 MiB carry), and bench/torch_baseline.py, bench/compare.py,
+# scripts/device/ncu_summary.py and this script copied into $D. Then, as the command of a
+# device run with carry [".dev-s8-cuda"]:
 #   DEADLINE=SECONDS bash .dev-s8-cuda/s8.sh STEPS
 # STEPS, comma-separated, run in this order:
-#   tests  the CUDA suites (STREAMPOOL_CUDA_ATTN default; the new kernels' test and the
-#          half-type ops again with seq3 and tile), compute-sanitizer memcheck + racecheck on
-#          whole_sequence_attention_and_chunked_gather_match_cpu with seq and seq3
+#   tests  the CUDA suites, compute-sanitizer memcheck + racecheck on
+#          attention_to_128_keys_and_chunked_gather_match_cpu (the new gather kernel)
 #   ours   `streampool bench` forward at 32/128/256/512 tokens and the mix, batches 64 and 512:
 #          ours, main's, ours, main's, ours (alternating, to see the spread)
-#   ab     ours at 128 tokens with STREAMPOOL_CUDA_ATTN=tile / seq / seq3
-#   ncu    kernel table of ours at 512 x 128; the attention kernel alone with tile and seq3
+#   ncu    kernel table of ours at 512 x 128, clocks locked (ncu's default) and not
 #   torch  PyTorch reduce-overhead, default, eager (in that order) until the deadline
 # Steps that would start past DEADLINE seconds (default 540) are skipped and say so; the
 # torch step gets what is left. Everything goes to /tmp/o, tarred into $OUT/s8.tgz; the
@@ -61,20 +60,14 @@ if has tests && room tests 60; then
         echo "$(basename "$t"): exit $? $(grep -E '^test result' $O/test-$(basename "$t").log | tail -1)" | tee -a $O/tests.txt
     done
     core=/tmp/t/cuda
-    new=whole_sequence_attention_and_chunked_gather_match_cpu
-    for attn in seq3 tile; do
-        STREAMPOOL_CUDA_ATTN=$attn timeout 100 $core --test-threads 1 --nocapture $new half_ops_match_the_cpu_backend \
-            > $O/test-cuda-$attn.log 2>&1
-        echo "cuda (ATTN=$attn) new + half_ops: exit $? $(grep -E '^test result' $O/test-cuda-$attn.log)" | tee -a $O/tests.txt
-    done
-    grep -hE "attention|embedding" $O/test-cuda.log $O/test-cuda-seq3.log | head -40
+    new=attention_to_128_keys_and_chunked_gather_match_cpu
+    grep -hE "attention|embedding" $O/test-cuda.log | head -40
     grep -hE "cosine" $O/test-nn-cuda.log | head -10
-    for v in seq:memcheck seq:racecheck seq3:memcheck seq3:racecheck; do
-        IFS=: read attn tool <<< "$v"
-        room "sanitize $v" 40 || continue
-        STREAMPOOL_CUDA_ATTN=$attn timeout $(( $(left) < 150 ? $(left) - 20 : 130 )) compute-sanitizer --tool $tool \
-            $core --test-threads 1 $new > $O/$tool-$attn.log 2>&1
-        echo "$tool ATTN=$attn $new: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' $O/$tool-$attn.log | tr '\n' ' ')" | tee -a $O/tests.txt
+    for tool in memcheck racecheck; do
+        room "sanitize $tool" 40 || continue
+        timeout $(( $(left) < 150 ? $(left) - 20 : 130 )) compute-sanitizer --tool $tool \
+            $core --test-threads 1 $new > $O/$tool.log 2>&1
+        echo "$tool $new: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' $O/$tool.log | tr '\n' ' ')" | tee -a $O/tests.txt
     done
     stamp "tests done"
 fi
@@ -90,7 +83,7 @@ bench() {  # bench BINARY OUT [ENV=VALUE...] -- workloads batches
 
 if has ours; then
     W=minilm32,minilm128,minilm256,minilm512,minilm-mix B=64,512
-    for run in ours1:streampool base1:base ours2:streampool base2:base ours3:streampool; do
+    for run in ours1:streampool base1:base ours2:streampool base2:base ours3:streampool base3:base; do
         IFS=: read name bin <<< "$run"
         room "$name" 45 || continue
         stamp "$name"
@@ -98,39 +91,17 @@ if has ours; then
     done
 fi
 
-if has ab; then
-    W=minilm128 B=64,512
-    for attn in tile seq seq3; do
-        room "ab $attn" 25 || continue
-        stamp "ab ATTN=$attn"
-        bench streampool ab-$attn STREAMPOOL_CUDA_ATTN=$attn
-    done
-fi
-
 if has ncu; then
-    if room ncu 45; then
-        stamp "ncu 512x128"
-        timeout 120 ncu --csv --metrics gpu__time_duration.sum /tmp/minilm_phases $M --device cuda --dtype f16 \
-            --batches 512 --seqs 128 --loop-forward 4 > $O/ncu-512x128.csv 2>&1
-        python3 $D/ncu_summary.py $O/ncu-512x128.csv 3 --tail > $O/ncu-512x128.txt 2>&1
-        head -14 $O/ncu-512x128.txt
-    fi
-    for attn in tile seq3; do
-        room "ncu attention $attn" 30 || continue
-        STREAMPOOL_CUDA_ATTN=$attn timeout 60 ncu --csv --metrics gpu__time_duration.sum -k regex:attention \
-            /tmp/minilm_phases $M --device cuda --dtype f16 --batches 512 --seqs 128 --loop-forward 2 \
-            > $O/ncu-attn-$attn.csv 2>&1
-        python3 - $O/ncu-attn-$attn.csv <<'EOF' | tee -a $O/ncu-attn.txt
-import csv, sys, statistics
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[-3] == "gpu__time_duration.sum"]
-by = {}
-for r in rows:
-    by.setdefault(r[4], []).append(float(r[-1].replace(",", "")))
-for k, v in by.items():
-    unit = rows[0][-2]
-    print(f"{sys.argv[1].split('/')[-1]}: {k} x{len(v)} median {statistics.median(v):.1f} {unit}")
-EOF
+    for clocks in base none; do
+        room "ncu $clocks" 40 || continue
+        stamp "ncu 512x128 clocks $clocks"
+        timeout 120 ncu --clock-control $clocks --csv --metrics gpu__time_duration.sum /tmp/minilm_phases $M \
+            --device cuda --dtype f16 --batches 512 --seqs 128 --loop-forward 4 > $O/ncu-512x128-$clocks.csv 2>&1
+        python3 $D/ncu_summary.py $O/ncu-512x128-$clocks.csv 3 --tail > $O/ncu-512x128-$clocks.txt 2>&1
+        head -14 $O/ncu-512x128-$clocks.txt
     done
+    room phases 20 && /tmp/minilm_phases $M --device cuda --dtype f16 --batches 64,512 --seqs 128 --iters 40 \
+        > $O/phases.txt 2>&1 && cat $O/phases.txt
 fi
 
 if has torch && room torch 60; then
@@ -144,9 +115,9 @@ fi
 
 stamp "done"
 tar czf $OUT/s8.tgz -C /tmp o
-cp $O/tests.txt $O/ncu-512x128.txt $O/ncu-attn.txt $OUT/ 2>/dev/null
+cp $O/tests.txt $O/ncu-512x128-*.txt $OUT/ 2>/dev/null
 cat $O/tests.txt $O/skipped.txt 2>/dev/null
-for f in $O/ours*.log $O/base*.log $O/ab-*.log; do [ -f "$f" ] && grep -E "^  minilm" "$f" | sed "s|^|$(basename $f .log) |"; done > $O/runs.txt
+for f in $O/ours*.log $O/base*.log; do [ -f "$f" ] && grep -E "^  minilm" "$f" | sed "s|^|$(basename $f .log) |"; done > $O/runs.txt
 cp $O/runs.txt $OUT/
 if [ -f $O/torch/pytorch-compiled.jsonl ]; then
     for r in ours1 base1; do
