@@ -21,6 +21,9 @@
 #          ours, main's, ours, main's, ours (alternating, to see the spread)
 #   ncu    kernel table of ours at 512 x 128, clocks locked (ncu's default) and not
 #   torch  PyTorch reduce-overhead, default, eager (in that order) until the deadline
+# Narrower calls: TESTS (a glob of test binaries), SANITIZE (tools, or empty for none),
+# OURS_W and RUNS (workloads and runs of the ours step), COMPILE_MODES, TORCH_SEQS and
+# TORCH_MIX (empty: no mixed workload) for the torch step.
 # Steps that would start past DEADLINE seconds (default 540) are skipped and say so; the
 # torch step gets what is left. Everything goes to /tmp/o, tarred into $OUT/s8.tgz; the
 # side-by-side table is printed last.
@@ -55,7 +58,7 @@ if has tests && room tests 60; then
     export STREAMPOOL_MINILM_DIR=$M
     # The test binaries read their data files under the folder they were built in.
     mkdir -p /work && ln -sfn "$PWD" /work/wt-s8-cuda
-    for t in /tmp/t/*; do
+    for t in /tmp/t/${TESTS:-*}; do
         timeout 200 "$t" --test-threads 1 --nocapture > $O/test-$(basename "$t").log 2>&1
         echo "$(basename "$t"): exit $? $(grep -E '^test result' $O/test-$(basename "$t").log | tail -1)" | tee -a $O/tests.txt
     done
@@ -63,7 +66,7 @@ if has tests && room tests 60; then
     new=attention_to_128_keys_and_chunked_gather_match_cpu
     grep -hE "attention|embedding" $O/test-cuda.log | head -40
     grep -hE "cosine" $O/test-nn-cuda.log | head -10
-    for tool in memcheck racecheck; do
+    for tool in ${SANITIZE-memcheck racecheck}; do
         room "sanitize $tool" 40 || continue
         timeout $(( $(left) < 150 ? $(left) - 20 : 130 )) compute-sanitizer --tool $tool \
             $core --test-threads 1 $new > $O/$tool.log 2>&1
@@ -82,8 +85,8 @@ bench() {  # bench BINARY OUT [ENV=VALUE...] -- workloads batches
 }
 
 if has ours; then
-    W=minilm32,minilm128,minilm256,minilm512,minilm-mix B=64,512
-    for run in ours1:streampool base1:base ours2:streampool base2:base ours3:streampool base3:base; do
+    W=${OURS_W:-minilm32,minilm128,minilm256,minilm512,minilm-mix} B=64,512
+    for run in ${RUNS:-ours1:streampool base1:base ours2:streampool base2:base ours3:streampool base3:base}; do
         IFS=: read name bin <<< "$run"
         room "$name" 45 || continue
         stamp "$name"
@@ -108,7 +111,8 @@ if has torch && room torch 60; then
     stamp "torch ($(left) s left)"
     export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
     timeout $(($(left) - 15)) python3 $D/torch_baseline.py --device cuda --minilm $M --compiled-only \
-        --compile-modes ${COMPILE_MODES:-reduce-overhead,default,eager} --mask-variants mask --mix \
+        --compile-modes ${COMPILE_MODES:-reduce-overhead,default,eager} --mask-variants mask ${TORCH_MIX---mix} \
+        --compile-seqs ${TORCH_SEQS:-32,128,256,512} \
         --forward-batches 64,512 --seconds $SECONDS_PER_POINT --out $O/torch > $O/torch.log 2>&1
     echo "torch exit $?"
 fi
