@@ -925,6 +925,11 @@ fn half_ops_match_the_cpu_backend() {
             }),
         ),
         (
+            "embedding rows of 16-byte chunks",
+            vec![vec![50, h]],
+            Box::new(|t| t[0].embedding(&[3, 0, 49, 3, 17, 22], &[2, 3])),
+        ),
+        (
             "attention d=64 no mask",
             vec![vec![2, 300, 3 * 128]],
             Box::new(|t| t[0].attention(None, 2)),
@@ -1011,6 +1016,87 @@ fn half_ops_match_the_cpu_backend() {
             let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
             let err = norm_err(&f(&got), &f(&want));
             println!("{name:24} {dt:?}: rel err {err:.2e}");
+            assert!(
+                err <= tol,
+                "{name} {dt:?}: rel err {err:.2e} over {tol:.0e}"
+            );
+        }
+    }
+}
+
+/// Attention at 65-128 keys and head width 32 (MiniLM's 128 tokens: two key tiles, two query
+/// blocks per head) and the 16-byte-chunk gather against the CPU backend in f16 and bf16:
+/// padded batches with masked keys, packed batches with empty, one-token, one-tile and
+/// two-tile sequences. Small enough to run under compute-sanitizer. (Session 8 measured a
+/// whole-sequence attention kernel on these shapes, slower than the tiled one, and removed it.)
+#[test]
+fn attention_to_128_keys_and_chunked_gather_match_cpu() {
+    use streampool::DType;
+    let Some(g) = gpu() else { return };
+    let cpu = Device::cpu();
+    let (nh, d) = (12, 32);
+    let h = nh * d;
+    type Op = Box<dyn Fn(&[Tensor]) -> streampool::Result<Tensor>>;
+    let cases: Vec<(&str, Vec<usize>, Op)> = vec![
+        (
+            "attention 40 x 128 keys, masked",
+            vec![40, 128, 3 * h],
+            Box::new(move |t| {
+                let mask: Vec<f32> = (0..40 * 128)
+                    .map(|i| (i % 128 < 128 - 3 * (i / 128)) as u8 as f32)
+                    .collect();
+                t[0].attention(
+                    Some(&Tensor::from_vec(mask, &[40, 128], t[0].device())?),
+                    nh,
+                )
+            }),
+        ),
+        (
+            "attention 30 x 65 keys, no mask",
+            vec![30, 65, 3 * h],
+            Box::new(move |t| t[0].attention(None, nh)),
+        ),
+        (
+            // Lengths 65, 1, 0, 128, 64; longest 128.
+            "attention packed, longest 128",
+            vec![258, 3 * h],
+            Box::new(move |t| {
+                let off = vec![0i64, 65, 66, 66, 194, 258];
+                let off = Tensor::from_vec(off, &[6], t[0].device())?;
+                t[0].attention_packed(&off, 128, nh)
+            }),
+        ),
+        (
+            "embedding, 16-byte chunks",
+            vec![50, h],
+            Box::new(|t| t[0].embedding(&[3, 0, 49, 3, 17, 22], &[2, 3])),
+        ),
+    ];
+    for dt in [DType::F16, DType::BF16] {
+        let tol = if dt == DType::F16 { 2e-3 } else { 2e-2 };
+        for (i, (name, shape, op)) in cases.iter().enumerate() {
+            let x = |dev: &Device| {
+                vec![Tensor::randn(shape, 80 + i as u64, dev)
+                    .unwrap()
+                    .to_dtype(dt)
+                    .unwrap()]
+            };
+            let f = |t: Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            let got = f(op(&x(&g)).unwrap_or_else(|e| panic!("{name} {dt:?} on gpu: {e}")));
+            let want = f(op(&x(&cpu)).unwrap());
+            assert_eq!(got.len(), want.len(), "{name} {dt:?}");
+            assert!(
+                got.iter().all(|v| v.is_finite()),
+                "{name} {dt:?}: non-finite"
+            );
+            let e: f64 = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| ((a - b) as f64).powi(2))
+                .sum();
+            let n: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+            let err = (e / n.max(1e-30)).sqrt();
+            println!("{name:32} {dt:?}: rel err {err:.2e}");
             assert!(
                 err <= tol,
                 "{name} {dt:?}: rel err {err:.2e} over {tol:.0e}"

@@ -618,6 +618,19 @@ __device__ __forceinline__ void index_select_k(const void* tv, const i64* ids, v
 SP_EXPORT3(sp_index_select, index_select_k,
            (const void* table, const i64* ids, void* out, u64 n_ids, u64 row_len, u64 table_rows),
            (table, ids, out, n_ids, row_len, table_rows))
+// Kernel::IndexSelect in 16-byte chunks (rows a multiple of 16 bytes, table and out 16-byte
+// aligned; any dtype): one chunk per thread instead of one element, and one id load and
+// division per chunk. On the H100 MiniLM's 512 x 128 f16 word embeddings (50 MB out) took
+// 108 us with the element kernel above and 19 us with this one (ncu, clocks locked).
+extern "C" __global__ void sp_index_select16(const uint4* table, const i64* ids, uint4* out, u64 n_ids, u64 chunks,
+                                             u64 table_rows) {
+    const u64 n = n_ids * chunks;
+    SP_GRID_LOOP(i, n) {
+        const u64 r = i / chunks, c = i - r * chunks;
+        const i64 id = ids[r];
+        out[i] = (id < 0 || (u64)id >= table_rows) ? make_uint4(0u, 0u, 0u, 0u) : table[(u64)id * chunks + c];
+    }
+}
 
 // Reduces the middle axis of [outer, axis, inner]; op: 0 sum, 1 mean, 2 max. One thread per output.
 template <class D> __device__ __forceinline__ void reduce_k(int op, const void* xv, void* out, u64 outer, u64 axis, u64 inner) {

@@ -464,6 +464,18 @@ impl Launcher<'_> {
                 }
                 let (pt, pi, po) = (table.0, ids.0, out.0);
                 let (ni, rl, tr) = (n_ids as u64, row_len as u64, table_rows as u64);
+                // Rows of whole 16-byte chunks (f16 rows of a multiple of 8, f32 of 4) take the
+                // chunked kernel.
+                let row_bytes = row_len * dtype.size();
+                if row_bytes % 16 == 0 && aligned16(&[pt, po]) {
+                    let chunks = (row_bytes / 16) as u64;
+                    return self.go(
+                        &m.index_select16,
+                        grid(n_ids * chunks as usize),
+                        THREADS,
+                        &mut args![pt, pi, po, ni, chunks, tr],
+                    );
+                }
                 self.go(
                     m.index_select.get(dtype)?,
                     grid(n),

@@ -48,6 +48,8 @@ pub(crate) struct Module {
     pub(super) bias_act4: PerDType,
     pub(super) bias_act_rows8: PerDType,
     pub(super) index_select: PerDType,
+    /// `sp_index_select16`: rows in 16-byte chunks, any dtype.
+    pub(super) index_select16: CudaFunction,
     pub(super) reduce: PerDType,
     pub(super) reduce_rows: PerDType,
     pub(super) attention: [PerDType; 4],
@@ -117,6 +119,7 @@ impl Module {
             bias_act4: f3("sp_bias_act4")?,
             bias_act_rows8: f3("sp_bias_act_rows8")?,
             index_select: f3("sp_index_select")?,
+            index_select16: f("sp_index_select16")?,
             reduce: f3("sp_reduce")?,
             reduce_rows: f3("sp_reduce_rows")?,
             attention: [

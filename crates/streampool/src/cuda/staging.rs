@@ -124,9 +124,12 @@ impl Drop for Buffer {
 }
 
 /// Bytes of one segment of an upload ring; uploads larger than this take the pageable path.
-pub(crate) const UPLOAD_SEGMENT: usize = 64 << 10;
-/// Segments per upload ring (so at most 512 KiB of pinned memory per stream).
-const UPLOAD_SEGMENTS: usize = 8;
+/// A batch's token ids and masks fit: 512 x 128 tokens upload 512 KiB of ids and two 256 KiB
+/// masks per call, which at 64 KiB segments took the pageable path, each copy waiting for the
+/// stream (the pooling mask's for the whole forward) while the GPU idled between calls.
+pub(crate) const UPLOAD_SEGMENT: usize = 1 << 20;
+/// Segments per upload ring (so at most 4 MiB of pinned memory per stream).
+const UPLOAD_SEGMENTS: usize = 4;
 
 /// A stream's ring of pinned memory for host-to-device uploads.
 ///

@@ -157,8 +157,8 @@ impl BackendStream for CudaStream {
                     .map_err(|e| driver_err(self.device(), e));
             }
         }
-        // Larger copies (bandwidth-bound, where the extra host copy costs more) and uploads
-        // that found the ring busy take the pageable path.
+        // Larger copies (over a segment) and uploads that found the ring busy take the
+        // pageable path.
         // SAFETY: `dst` is valid for `src.len()` bytes (caller). `src` is pageable memory, and
         // for a host-to-device `cuMemcpyHtoDAsync` from pageable memory the driver copies the
         // buffer to staging memory before returning ("API synchronization behavior",
