@@ -183,9 +183,20 @@ fn blocks_over_the_binding_limit_are_errors() {
 /// 1024^3 matmuls sized to keep this adapter busy for about 50 ms (one matmul timed on the
 /// shared device first). If the chain was done before the wait began (this thread held off
 /// the CPU meanwhile), the attempt decides nothing and is run again with twice the chain.
+///
+/// Not on Mesa's software Vulkan (llvmpipe): there the chain was done before the wait began
+/// in every attempt of a CI run (64 matmuls behind the read-back, session 8), so no wait can
+/// be made to outlast a limit; the H100 through Vulkan runs it.
 #[test]
 fn a_wait_past_the_limit_is_an_error_not_a_hang() {
     let Some(shared) = gpu() else { return };
+    if shared.name().contains("llvmpipe") {
+        eprintln!(
+            "skipped on {}: its submissions finish before a wait begins",
+            shared.name()
+        );
+        return;
+    }
     let n = 1024;
     let timed = |dev: &Device| {
         let a = Tensor::from_vec(ints(n * n, 1), &[n, n], dev).unwrap();
