@@ -8,8 +8,13 @@ from conftest import TINY_BERT
 
 SCRIPT = textwrap.dedent(
     f"""
-    import _thread, threading, time
+    import _thread, signal, threading, time
     import streampool
+
+    # Python maps SIGINT to KeyboardInterrupt only when its parent left SIGINT alone; a
+    # shell's background job (`cmd &`, as CI runners may start the suite) ignores it, and
+    # interrupt_main then does nothing: install the handler a terminal session would have.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     model = streampool.SentenceEmbedder({str(TINY_BERT)!r})
     texts = ["a sentence long enough to take some time to embed, word " * 8] * 200_000
