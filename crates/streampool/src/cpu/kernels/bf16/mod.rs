@@ -90,32 +90,17 @@ pub fn cpu_bf16_path() -> Bf16Path {
             .into_iter()
             .find(|p| p.available())
             .unwrap_or(Bf16Path::Portable);
-        let asked = std::env::var(CPU_BF16_ENV).ok();
-        let forced = match asked.as_deref().map(str::trim) {
-            Some("amx") => Some(Bf16Path::Amx),
-            Some("avx512") => Some(Bf16Path::Avx512Bf16),
-            Some("portable") => Some(Bf16Path::Portable),
-            Some("") | Some("auto") | None => None,
-            Some(other) => {
-                tracing::warn!(
-                    "{CPU_BF16_ENV}={other:?}: expected amx, avx512, portable or auto; using {}",
-                    best.name()
-                );
-                None
-            }
-        };
-        match forced {
-            Some(p) if p.available() => p,
-            Some(p) => {
-                tracing::warn!(
-                    "{CPU_BF16_ENV}={}: not available on this host; using {}",
-                    p.name(),
-                    best.name()
-                );
-                best
-            }
-            None => best,
-        }
+        super::chosen_path(
+            CPU_BF16_ENV,
+            &[
+                ("amx", Bf16Path::Amx),
+                ("avx512", Bf16Path::Avx512Bf16),
+                ("portable", Bf16Path::Portable),
+            ],
+            best,
+            Bf16Path::available,
+            Bf16Path::name,
+        )
     })
 }
 

@@ -102,32 +102,17 @@ pub fn cpu_sgemm_isa() -> Option<SgemmIsa> {
         let best = [SgemmIsa::Avx512, SgemmIsa::Avx2]
             .into_iter()
             .find(|p| p.available());
-        let name = |p: Option<SgemmIsa>| p.map_or("gemm", SgemmIsa::name);
-        let asked = std::env::var(CPU_SGEMM_ENV).ok();
-        let forced = match asked.as_deref().map(str::trim) {
-            Some("avx512") => Some(SgemmIsa::Avx512),
-            Some("avx2") => Some(SgemmIsa::Avx2),
-            Some("gemm") => return None,
-            Some("") | Some("auto") | None => return best,
-            Some(other) => {
-                tracing::warn!(
-                    "{CPU_SGEMM_ENV}={other:?}: expected avx512, avx2, gemm or auto; using {}",
-                    name(best)
-                );
-                return best;
-            }
-        };
-        match forced {
-            Some(p) if p.available() => Some(p),
-            _ => {
-                tracing::warn!(
-                    "{CPU_SGEMM_ENV}={}: not available on this host; using {}",
-                    name(forced),
-                    name(best)
-                );
-                best
-            }
-        }
+        super::chosen_path(
+            CPU_SGEMM_ENV,
+            &[
+                ("avx512", Some(SgemmIsa::Avx512)),
+                ("avx2", Some(SgemmIsa::Avx2)),
+                ("gemm", None),
+            ],
+            best,
+            |p| p.is_none_or(SgemmIsa::available),
+            |p| p.map_or("gemm", SgemmIsa::name),
+        )
     })
 }
 
