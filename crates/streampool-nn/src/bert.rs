@@ -251,7 +251,7 @@ impl BertEmbeddings {
         }
         let words = self.word.forward(&input.input_ids, &[b, s])?;
         let h = words.dims()[2];
-        let typed = input.token_type_ids.iter().any(|&t| t != 0);
+        let typed = crate::scan::any_nonzero(&input.token_type_ids);
         let x = match (&self.position_type0, &self.token_type, typed) {
             (_, Some(types), true) => {
                 let types = types.forward(&input.token_type_ids, &[b, s])?;
@@ -299,7 +299,7 @@ impl BertEmbeddings {
         }
         let n = input.tokens();
         let words = self.word.forward(input.input_ids(), &[n])?;
-        let typed = input.token_type_ids().iter().any(|&t| t != 0);
+        let typed = crate::scan::any_nonzero(input.token_type_ids());
         let x = match (&self.position_type0, &self.token_type, typed) {
             // The position rows with token type 0 already added: one gather and one add.
             (Some(pt0), _, false) if self.position_offset == 0 => {

@@ -91,6 +91,7 @@ pub mod layers;
 mod locate;
 mod packed;
 pub mod pooling;
+mod scan;
 pub mod tasks;
 mod tokenizer;
 mod weights;

@@ -183,8 +183,14 @@ impl Pooling {
             PoolingMode::Mean => {
                 if normalize && hidden.dtype() != streampool::DType::F32 {
                     // One fused kernel (mean, normalize, f32 out) for half precision.
-                    let m: Vec<f32> = mask.iter().map(|&m| (m != 0) as u8 as f32).collect();
-                    let m = Tensor::from_vec(m, &[batch, seq], hidden.device())?;
+                    // A batch without padding gets its mask filled on the device (no host
+                    // pass, no upload between the forward and this kernel).
+                    let m = if crate::scan::all_equal(mask, 1) {
+                        Tensor::ones(&[batch, seq], hidden.device())?
+                    } else {
+                        let m: Vec<f32> = mask.iter().map(|&m| (m != 0) as u8 as f32).collect();
+                        Tensor::from_vec(m, &[batch, seq], hidden.device())?
+                    };
                     return Ok(hidden.mean_pool_normalize(&m)?);
                 }
                 mean_pool(&hidden.to_dtype(streampool::DType::F32)?, mask)?

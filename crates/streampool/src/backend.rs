@@ -92,6 +92,17 @@ pub(crate) trait BackendStream: Send + Sync {
         act == Activation::Identity
     }
 
+    /// Whether [`Kernel::Matmul`] with a bias and a `residual` is worth launching here for a
+    /// product of `dtype` with `k` inputs and `n` outputs per row (the residual added in the
+    /// product's epilogue, so a following LayerNorm reads one tensor instead of two); else
+    /// `Tensor::matmul_bias_residual` runs the product with its bias and a separate add.
+    /// Only asked where [`Self::fuses_matmul_bias`] is true; a backend that returns `false`
+    /// never receives a matmul with a residual.
+    fn fuses_matmul_residual(&self, dtype: crate::DType, k: usize, n: usize) -> bool {
+        let _ = (dtype, k, n);
+        false
+    }
+
     /// Whether [`Kernel::Matmul`] should carry a [`crate::kernel::PackSlot`] for a right
     /// operand that is a plain matrix (a weight): the backend packs it once and reuses it.
     fn prepacks_matmul_weights(&self) -> bool {

@@ -198,11 +198,16 @@ pub enum Kernel {
     /// output column `j`, then `act` applied (`Identity` unless `bias` is set). The CUDA
     /// backend does both in the GEMM's epilogue where cuBLASLt has one for `act`.
     /// `b_pack` (CPU): where `b`, a weight, may be kept packed between calls ([`PackSlot`]).
+    /// `residual` (`[batch, m, n]` contiguous, only with a bias and `Identity`) is added too,
+    /// `out = a @ b + bias + residual`; only a backend whose
+    /// [`BackendStream::fuses_matmul_residual`](crate::backend::BackendStream::fuses_matmul_residual)
+    /// says so receives one.
     Matmul {
         a: MatOperand,
         b: MatOperand,
         b_pack: Option<PackSlot>,
         bias: Option<DevicePtr>,
+        residual: Option<DevicePtr>,
         act: Activation,
         out: DevicePtr,
         batch: usize,

@@ -817,6 +817,18 @@ fn half_ops_match_the_cpu_backend() {
             Box::new(|t| t[0].matmul_bias(&t[1], &t[2], MatmulMath::Exact)),
         ),
         (
+            // k = 4n: the residual through cuBLASLt's C in f16/bf16 (timed at 1024 rows); f32
+            // adds it separately.
+            "matmul + bias + residual, 1024 rows",
+            vec![vec![1024, 4 * h], vec![4 * h, h], vec![h], vec![1024, h]],
+            Box::new(|t| t[0].matmul_bias_residual(&t[1], &t[2], &t[3], MatmulMath::Exact)),
+        ),
+        (
+            "matmul + bias + residual, [b, s, 4h] (the residual reshaped with the rows)",
+            vec![vec![b, s, 4 * h], vec![4 * h, h], vec![h], vec![b, s, h]],
+            Box::new(|t| t[0].matmul_bias_residual(&t[1], &t[2], &t[3], MatmulMath::Exact)),
+        ),
+        (
             "matmul + bias, 1024 rows (cuBLASLt algorithms timed)",
             vec![vec![1024, h], vec![h, 4 * h], vec![4 * h]],
             Box::new(|t| t[0].matmul_bias(&t[1], &t[2], MatmulMath::Exact)),
@@ -984,6 +996,17 @@ fn half_ops_match_the_cpu_backend() {
                     .map(|i| (i % s < 5 + 30 * (i / s)) as u8 as f32)
                     .collect();
                 t[0].mean_pool_normalize(&Tensor::from_vec(mask, &[b, s], t[0].device())?)
+            }),
+        ),
+        (
+            // Rows of 36 columns (not whole 16-byte chunks): sp_pool_rows' scalar loads.
+            "mean_pool_normalize, 36 columns",
+            vec![vec![3, 11, 36]],
+            Box::new(|t| {
+                let mask: Vec<f32> = (0..33)
+                    .map(|i| (i % 11 < 2 + 4 * (i / 11)) as u8 as f32)
+                    .collect();
+                t[0].mean_pool_normalize(&Tensor::from_vec(mask, &[3, 11], t[0].device())?)
             }),
         ),
     ];

@@ -206,17 +206,8 @@ impl AttentionMask {
                 mask.len()
             )));
         }
-        let values = mask
-            .iter()
-            .map(|&m| match m {
-                0 | 1 => Ok(m as f32),
-                other => Err(Error::Input(format!(
-                    "attention mask values must be 0 or 1, got {other}"
-                ))),
-            })
-            .collect::<Result<Vec<f32>>>()?;
         Ok(Self {
-            additive: Tensor::from_vec(values, &[batch, seq], device)?,
+            additive: crate::scan::binary_mask(mask, &[batch, seq], device, "attention mask")?,
             binary: true,
             packed: false,
             batch,

@@ -142,7 +142,6 @@ impl TransformerEncoderLayer {
         }
         let a = self.attn.forward_with(x, inputs)?;
         let h = self.attn_norm.forward_residual(&a, x)?;
-        let m = self.mlp.forward(&h)?;
-        self.out_norm.forward_residual(&m, &h)
+        self.mlp.forward_add_norm(&h, &self.out_norm)
     }
 }

@@ -206,6 +206,23 @@ impl Linear {
         self.forward_act(x, Activation::Identity)
     }
 
+    /// Whether [`Self::forward_residual`] on `x` runs as one kernel on this thread's current
+    /// stream (a bias, and a backend that adds the residual in the product's epilogue).
+    pub fn fuses_residual(&self, x: &Tensor) -> Result<bool> {
+        Ok(self.bias.is_some() && x.matmul_fuses_residual(&self.weight_t)?)
+    }
+
+    /// `x W^T + b + residual` (`residual` of the output's shape): one kernel where
+    /// [`Self::fuses_residual`], else the layer and an add.
+    pub fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        match &self.bias {
+            Some(b) if x.dims().last() == Some(&self.in_features) => {
+                Ok(x.matmul_bias_residual(&self.weight_t, b, residual, self.math)?)
+            }
+            _ => Ok(self.forward(x)?.add(residual)?),
+        }
+    }
+
     /// `act(x W^T + b)`: one kernel where the backend fuses the bias and `act` into the
     /// product (CUDA: every activation but the erf GELU), else the product and one bias +
     /// activation kernel.

@@ -305,6 +305,8 @@ pub(crate) unsafe fn run_widened(kernel: &Kernel, dt: DType) {
             // The widened copy is a temporary: nothing to keep packed.
             b_pack: None,
             bias: bias.map(|p| w.input(p, n, dt)),
+            // The CPU backend never fuses a residual (`fuses_matmul_residual` is false).
+            residual: None,
             act,
             a: MatOperand {
                 ptr: w.input(a.ptr, mat_extent(&a, batch, m, k), dt),

@@ -192,19 +192,21 @@ impl Blas {
 /// leading dimension `rs` if rows are contiguous (`cs == 1`), else `T` with `cs` (`rs == 1`).
 /// Strides of extent-1 dimensions are arbitrary, so they are replaced by a valid minimum.
 impl Blas {
-    /// Row-major `out[m, n] = act(a[m, k] @ b[k, n] + bias[n])` in one cuBLASLt GEMM with a
-    /// bias (and activation) epilogue. `Ok(false)` when this shape, math or activation has no
+    /// Row-major `out[m, n] = act(a[m, k] @ b[k, n] + bias[n] (+ residual[m, n]))` in one
+    /// cuBLASLt GEMM with a bias (and activation) epilogue, the residual as its `C` operand. `Ok(false)` when this shape, math or activation has no
     /// such plan (f32 with TF32, the erf GELU, or cuBLASLt found no algorithm): the caller
     /// then runs the GEMM and a bias + activation kernel.
     ///
     /// # Safety
-    /// As [`Blas::matmul`]; `bias` holds `n` elements of `dtype`.
+    /// As [`Blas::matmul`]; `bias` holds `n` elements of `dtype`, `residual` (if any) `m * n`
+    /// contiguous ones that `out` does not overlap.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn matmul_bias(
         &mut self,
         a: &MatOperand,
         b: &MatOperand,
         bias: u64,
+        residual: Option<u64>,
         act: Activation,
         out: u64,
         (m, n, k): (usize, usize, usize),
@@ -242,6 +244,7 @@ impl Blas {
                 &lt_a,
                 &lt_b,
                 bias,
+                residual,
                 act,
                 out,
                 (n, m, k),

@@ -56,6 +56,9 @@ struct Key {
     k: u64,
     lda: i64,
     ldb: i64,
+    /// A residual is added through `C` (beta 1): timed and chosen apart from the same
+    /// product without one, whose algorithms need not read `C`.
+    residual: bool,
 }
 
 /// Descriptors and the chosen algorithm for one [`Key`]. Owns its descriptors: dropping a
@@ -88,6 +91,23 @@ pub(crate) fn tune_candidates() -> usize {
         Ok(v) => v.trim().parse().unwrap_or(16).min(32),
         Err(_) => 16,
     })
+}
+
+/// Whether a product with `k` inputs and `n` outputs per row takes its residual through `C`
+/// (`STREAMPOOL_CUBLASLT_RESIDUAL`: `off`/`0` never, `all` always; by default when `k >= 2n`).
+/// Reading the residual in the epilogue moves a read of the output's size from the LayerNorm
+/// after it into the GEMM: that pays where the GEMM is bound by its arithmetic (MiniLM's
+/// second FFN product, 1536 -> 384: the extra read hides under the math) and not where it is
+/// bound by memory (the attention output's 384 -> 384, which would read as much more as the
+/// LayerNorm saves).
+pub(crate) fn fuse_residual(k: usize, n: usize) -> bool {
+    static MODE: OnceLock<Option<bool>> = OnceLock::new();
+    let forced = *MODE.get_or_init(|| match std::env::var("STREAMPOOL_CUBLASLT_RESIDUAL") {
+        Ok(v) if v == "off" || v == "0" => Some(false),
+        Ok(v) if v == "all" => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or(k >= 2 * n)
 }
 
 /// A tuned shape: the plan key with the column count (the token dimension: `Blas::matmul_bias`
@@ -186,8 +206,9 @@ impl BlasLt {
         })
     }
 
-    /// Column-major `d[m, n] = act(op(a)[m, k] @ op(b)[k, n] + bias[m])` (bias per row of
-    /// `d`, i.e. per column of the row-major output), queued on `stream`. `Ok(false)` when
+    /// Column-major `d[m, n] = act(op(a)[m, k] @ op(b)[k, n] + bias[m] (+ c[m, n]))` (bias per
+    /// row of `d`, i.e. per column of the row-major output; `c`, a residual laid out as `d`,
+    /// through cuBLASLt's `C` with beta 1), queued on `stream`. `Ok(false)` when
     /// cuBLASLt cannot run this shape or activation: nothing was queued, and the shape is
     /// remembered as such.
     ///
@@ -200,6 +221,7 @@ impl BlasLt {
         a: &LtOperand,
         b: &LtOperand,
         bias: u64,
+        c: Option<u64>,
         act: Activation,
         d: u64,
         (m, n, k): (usize, usize, usize),
@@ -229,6 +251,7 @@ impl BlasLt {
             k: k as u64,
             lda: a.ld as i64,
             ldb: b.ld as i64,
+            residual: c.is_some(),
         };
         if !self.plans.contains_key(&key) {
             let plan = self.plan(key, data, epilogue, workspace_bytes);
@@ -243,7 +266,15 @@ impl BlasLt {
             Some(Some(plan)) if !plan.settled => {
                 // SAFETY: forwarded from the caller (live operands, this stream's workspace).
                 unsafe {
-                    self.settle(key, a, b, bias, d, stream, (workspace, workspace_bytes));
+                    self.settle(
+                        key,
+                        a,
+                        b,
+                        (bias, c),
+                        d,
+                        stream,
+                        (workspace, workspace_bytes),
+                    );
                 }
             }
             Some(Some(_)) => {}
@@ -252,43 +283,17 @@ impl BlasLt {
         let Some(Some(plan)) = self.plans.get(&key) else {
             return Ok(false);
         };
-        let dev = &self.device;
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        // SAFETY: the descriptor belongs to this plan and is only used under the stream's
-        // lock; the bias pointer is read when the matmul is queued (and captured by value
-        // into a CUDA graph), so setting it per call is safe. A complete plan has its
-        // algorithm and three layouts.
+        // SAFETY: forwarded from the caller; a complete plan has its algorithm.
         let queued = unsafe {
-            lt::set_matmul_desc_attribute(
-                plan.desc,
-                cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                (&bias as *const u64).cast::<c_void>(),
-                std::mem::size_of::<u64>(),
+            self.launch(
+                plan,
+                plan.algo.as_ref(),
+                (a, b),
+                (bias, c),
+                d,
+                stream,
+                (workspace, workspace_bytes),
             )
-            .map_err(|e| lt_err(dev, "set bias", e))
-            .and_then(|()| {
-                lt::matmul(
-                    self.handle,
-                    plan.desc,
-                    (&alpha as *const f32).cast(),
-                    (&beta as *const f32).cast(),
-                    a.ptr as *const c_void,
-                    plan.layouts[0],
-                    b.ptr as *const c_void,
-                    plan.layouts[1],
-                    d as *const c_void,
-                    plan.layouts[2],
-                    d as *mut c_void,
-                    plan.layouts[2],
-                    plan.algo
-                        .as_ref()
-                        .map_or(std::ptr::null(), |a| a as *const _),
-                    workspace as *mut c_void,
-                    workspace_bytes,
-                    stream as cudaStream_t,
-                )
-                .map_err(|e| lt_err(dev, "matmul", e))
-            })
         };
         match queued {
             Ok(()) => Ok(true),
@@ -297,6 +302,61 @@ impl BlasLt {
                 self.plans.insert(key, None);
                 Ok(false)
             }
+        }
+    }
+
+    /// Queues `plan`'s product with `algo` (`None`: cuBLASLt's own choice): sets the bias
+    /// pointer and calls `cublasLtMatmul`, with `c` as the `C` operand and beta 1 where given
+    /// (else `d` and beta 0, which cuBLASLt does not read). The one sequence of the run path
+    /// and the timing loop.
+    ///
+    /// # Safety
+    /// As [`BlasLt::matmul_bias`]: live operands of the plan's shape, this stream's workspace,
+    /// the descriptor used under the stream's lock. The bias pointer is read when the matmul
+    /// is queued (and captured by value into a CUDA graph), so setting it per call is safe.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch(
+        &self,
+        plan: &Plan,
+        algo: Option<&cublasLtMatmulAlgo_t>,
+        (a, b): (&LtOperand, &LtOperand),
+        (bias, c): (u64, Option<u64>),
+        d: u64,
+        stream: sys::CUstream,
+        (workspace, workspace_bytes): (u64, usize),
+    ) -> Result<()> {
+        let dev = &self.device;
+        let alpha = 1.0f32;
+        let beta = if c.is_some() { 1.0f32 } else { 0.0 };
+        // SAFETY: per this function's contract; a complete plan has three layouts (c shares
+        // d's).
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                plan.desc,
+                cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                (&bias as *const u64).cast::<c_void>(),
+                std::mem::size_of::<u64>(),
+            )
+            .map_err(|e| lt_err(dev, "set bias", e))?;
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                a.ptr as *const c_void,
+                plan.layouts[0],
+                b.ptr as *const c_void,
+                plan.layouts[1],
+                c.unwrap_or(d) as *const c_void,
+                plan.layouts[2],
+                d as *mut c_void,
+                plan.layouts[2],
+                algo.map_or(std::ptr::null(), |a| a as *const _),
+                workspace as *mut c_void,
+                workspace_bytes,
+                stream as cudaStream_t,
+            )
+            .map_err(|e| lt_err(dev, "matmul", e))
         }
     }
 
@@ -481,7 +541,7 @@ impl BlasLt {
     /// stream is capturing a graph. Errors only ever cost the tuning, never the call.
     ///
     /// # Safety
-    /// As [`BlasLt::matmul_bias`]; in addition `d` does not overlap `a`, `b` or `bias`
+    /// As [`BlasLt::matmul_bias`]; in addition `d` does not overlap `a`, `b`, `bias` or `c`
     /// (cuBLASLt requires it anyway), so the timed runs leave the inputs intact.
     #[allow(clippy::too_many_arguments)]
     unsafe fn settle(
@@ -489,7 +549,7 @@ impl BlasLt {
         key: Key,
         a: &LtOperand,
         b: &LtOperand,
-        bias: u64,
+        (bias, c): (u64, Option<u64>),
         d: u64,
         stream: sys::CUstream,
         (workspace, workspace_bytes): (u64, usize),
@@ -527,7 +587,7 @@ impl BlasLt {
                         plan,
                         a,
                         b,
-                        bias,
+                        (bias, c),
                         d,
                         stream,
                         (workspace, workspace_bytes),
@@ -558,7 +618,7 @@ impl BlasLt {
         plan: &Plan,
         a: &LtOperand,
         b: &LtOperand,
-        bias: u64,
+        (bias, c): (u64, Option<u64>),
         d: u64,
         stream: sys::CUstream,
         (workspace, workspace_bytes): (u64, usize),
@@ -574,38 +634,20 @@ impl BlasLt {
         ) else {
             return None;
         };
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let run = |algo: &cublasLtMatmulAlgo_t| {
-            // SAFETY: as `matmul_bias`'s call (live operands of the plan's shape, this
-            // stream's workspace, the descriptor used under the stream's lock).
+            // SAFETY: forwarded from the caller (as `matmul_bias`'s call).
             unsafe {
-                lt::set_matmul_desc_attribute(
-                    plan.desc,
-                    cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    (&bias as *const u64).cast::<c_void>(),
-                    std::mem::size_of::<u64>(),
+                self.launch(
+                    plan,
+                    Some(algo),
+                    (a, b),
+                    (bias, c),
+                    d,
+                    stream,
+                    (workspace, workspace_bytes),
                 )
-                .is_ok()
-                    && lt::matmul(
-                        self.handle,
-                        plan.desc,
-                        (&alpha as *const f32).cast(),
-                        (&beta as *const f32).cast(),
-                        a.ptr as *const c_void,
-                        plan.layouts[0],
-                        b.ptr as *const c_void,
-                        plan.layouts[1],
-                        d as *const c_void,
-                        plan.layouts[2],
-                        d as *mut c_void,
-                        plan.layouts[2],
-                        algo,
-                        workspace as *mut c_void,
-                        workspace_bytes,
-                        stream as cudaStream_t,
-                    )
-                    .is_ok()
             }
+            .is_ok()
         };
         let mut times = Vec::with_capacity(algos.len());
         for algo in &algos {
@@ -633,12 +675,13 @@ impl BlasLt {
             let _ = cudarc::driver::result::event::destroy(end);
         }
         let line = format!(
-            "cuBLASLt tuning {}x{}x{} {:?} {:?}: ms per {} runs, heuristic's order: {:?}",
+            "cuBLASLt tuning {}x{}x{} {:?} {:?}{}: ms per {} runs, heuristic's order: {:?}",
             key.m,
             key.n,
             key.k,
             key.dtype,
             key.act,
+            if key.residual { " + residual" } else { "" },
             TUNE_RUNS,
             times.iter().map(|t| t.0).collect::<Vec<_>>()
         );
@@ -679,6 +722,7 @@ mod tests {
             k: 384,
             lda: 1536,
             ldb: 384,
+            residual: false,
         }
     }
 

@@ -1127,9 +1127,15 @@ SP_EXPORT3(sp_mean_pool_norm, mean_pool_norm_k, (const void* x, const float* mas
 // lane l columns 2l and 2l + 1 of every 64, so each step reads whole rows and the rows are
 // spread over the warps. The kernel above walks every row with one thread per column: at
 // 64 x 512 tokens it took 0.2 ms of a 4.3 ms forward on the H100 (64 blocks, 512 rows one
-// after another). Partial sums meet in shared memory; the norm's sum is in double.
+// after another). Partial sums meet in shared memory; the norm's sum is in double. Rows of a
+// multiple of 8 columns take 16-byte loads, four rows per warp and step (at 512 x 128 x 384 in
+// f16 the 4-byte form ran at a third of the H100's memory bandwidth: 56 us).
 #define SP_POOL_WARPS 8
 #define SP_POOL_MAX_DIM 1024
+#define SP_POOL_ROWS 2
+// Widest row of the 16-byte form: 2 chunks of 8 columns per lane (wider rows take the 4-byte
+// form; four chunks per lane took 96 registers, two blocks per SM).
+#define SP_POOL_VEC_DIM 512
 template <class D>
 __device__ __forceinline__ void pool_rows_k(const void* xv, const float* mask, const i64* offsets, float* out,
                                             u64 batch, int seq, u64 dim, i64 tokens) {
@@ -1138,32 +1144,84 @@ __device__ __forceinline__ void pool_rows_k(const void* xv, const float* mask, c
     __shared__ double shd[32];
     const typename D::T* x = SP_IN(D, xv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // Whole 16-byte chunks: rows of a multiple of 8 columns (at most SP_POOL_VEC_DIM) from a
+    // 16-byte aligned start.
+    const bool vec = dim % 8 == 0 && dim <= SP_POOL_VEC_DIM && ((unsigned long long)xv & 15) == 0;
     for (u64 b = blockIdx.x; b < batch; b += gridDim.x) {
         u64 first;
         int n;
         sp_seq_rows(offsets, b, seq, tokens, &first, &n);
-        float acc[SP_POOL_MAX_DIM / 64][2];
-#pragma unroll
-        for (int k = 0; k < SP_POOL_MAX_DIM / 64; ++k) acc[k][0] = acc[k][1] = 0.0f;
         float cnt = 0.0f;
-        for (int s = warp; s < n; s += SP_POOL_WARPS) {
-            const float w = mask ? mask[first + s] : 1.0f;
-            cnt += w;
-            if (w == 0.0f) continue;  // warp-uniform
-            const u64 r = (first + s) * dim;
+        if (vec) {
+            // Lane l holds columns 8l..8l+7 of every 256: one 16-byte load per 8 columns
+            // (two for f32), and SP_POOL_ROWS rows in flight per step.
+            float acc[SP_POOL_VEC_DIM / 256][8];
+#pragma unroll
+            for (int k = 0; k < SP_POOL_VEC_DIM / 256; ++k)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[k][e] = 0.0f;
+            for (int s0 = warp; s0 < n; s0 += SP_POOL_ROWS * SP_POOL_WARPS) {
+                float w[SP_POOL_ROWS];
+                u64 row[SP_POOL_ROWS];
+#pragma unroll
+                for (int j = 0; j < SP_POOL_ROWS; ++j) {
+                    const int sj = s0 + j * SP_POOL_WARPS;
+                    w[j] = sj < n ? (mask ? mask[first + sj] : 1.0f) : 0.0f;
+                    row[j] = (first + (sj < n ? sj : s0)) * dim;
+                    cnt += w[j];
+                }
+#pragma unroll
+                for (int k = 0; k < SP_POOL_VEC_DIM / 256; ++k) {
+                    const u64 c = 8 * (lane + 32 * k);
+                    if (c < dim) {
+                        float v[SP_POOL_ROWS][8];
+#pragma unroll
+                        for (int j = 0; j < SP_POOL_ROWS; ++j) {
+                            // Rows of weight 0 are not read (warp-uniform): padding may hold
+                            // anything, and 0 * inf would poison the sum.
+                            if (w[j] != 0.0f) D::ld8(x, row[j] + c, v[j]);
+                            else
+#pragma unroll
+                                for (int e = 0; e < 8; ++e) v[j][e] = 0.0f;
+                        }
+#pragma unroll
+                        for (int j = 0; j < SP_POOL_ROWS; ++j)
+#pragma unroll
+                            for (int e = 0; e < 8; ++e) acc[k][e] = fmaf(w[j], v[j][e], acc[k][e]);
+                    }
+                }
+            }
+            __syncthreads();  // the previous sentence is done with part[] and counts[]
+#pragma unroll
+            for (int k = 0; k < SP_POOL_VEC_DIM / 256; ++k) {
+                const u64 c = 8 * (lane + 32 * k);
+                if (c < dim)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) part[warp][c + e] = acc[k][e];
+            }
+        } else {
+            float acc[SP_POOL_MAX_DIM / 64][2];
+#pragma unroll
+            for (int k = 0; k < SP_POOL_MAX_DIM / 64; ++k) acc[k][0] = acc[k][1] = 0.0f;
+            for (int s = warp; s < n; s += SP_POOL_WARPS) {
+                const float w = mask ? mask[first + s] : 1.0f;
+                cnt += w;
+                if (w == 0.0f) continue;  // warp-uniform
+                const u64 r = (first + s) * dim;
+#pragma unroll
+                for (int k = 0; k < SP_POOL_MAX_DIM / 64; ++k) {
+                    const u64 c = 2 * lane + 64 * k;
+                    if (c < dim) acc[k][0] = fmaf(w, D::ld(x, r + c), acc[k][0]);
+                    if (c + 1 < dim) acc[k][1] = fmaf(w, D::ld(x, r + c + 1), acc[k][1]);
+                }
+            }
+            __syncthreads();  // the previous sentence is done with part[] and counts[]
 #pragma unroll
             for (int k = 0; k < SP_POOL_MAX_DIM / 64; ++k) {
                 const u64 c = 2 * lane + 64 * k;
-                if (c < dim) acc[k][0] = fmaf(w, D::ld(x, r + c), acc[k][0]);
-                if (c + 1 < dim) acc[k][1] = fmaf(w, D::ld(x, r + c + 1), acc[k][1]);
+                if (c < dim) part[warp][c] = acc[k][0];
+                if (c + 1 < dim) part[warp][c + 1] = acc[k][1];
             }
-        }
-        __syncthreads();  // the previous sentence is done with part[] and counts[]
-#pragma unroll
-        for (int k = 0; k < SP_POOL_MAX_DIM / 64; ++k) {
-            const u64 c = 2 * lane + 64 * k;
-            if (c < dim) part[warp][c] = acc[k][0];
-            if (c + 1 < dim) part[warp][c + 1] = acc[k][1];
         }
         if (lane == 0) counts[warp] = cnt;
         __syncthreads();
@@ -1186,9 +1244,17 @@ __device__ __forceinline__ void pool_rows_k(const void* xv, const float* mask, c
         for (u64 c = threadIdx.x; c < dim; c += blockDim.x) out[b * dim + c] = part[0][c] * inv;
     }
 }
-SP_EXPORT3(sp_pool_rows, pool_rows_k,
-           (const void* x, const float* mask, const i64* offsets, float* out, u64 batch, int seq, u64 dim, i64 tokens),
-           (x, mask, offsets, out, batch, seq, dim, tokens))
+// At most 64 registers, so four blocks (a sentence each) fit an SM: at 95 registers two did,
+// and 512 sentences ran in two waves.
+#define SP_POOL_ROWS_K(suffix, D)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * SP_POOL_WARPS, 4)                                              \
+        sp_pool_rows_##suffix(const void* x, const float* mask, const i64* offsets, float* out, u64 batch, int seq, \
+                              u64 dim, i64 tokens) {                                                                 \
+        pool_rows_k<D>(x, mask, offsets, out, batch, seq, dim, tokens);                                              \
+    }
+SP_POOL_ROWS_K(f32, F32)
+SP_POOL_ROWS_K(f16, F16)
+SP_POOL_ROWS_K(bf16, BF16)
 
 // Keeps one thread busy for `nanos` of GPU time, so later work on the stream starts no sooner.
 extern "C" __global__ void sp_sleep(u64 nanos) {

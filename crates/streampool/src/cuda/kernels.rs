@@ -214,6 +214,7 @@ impl Launcher<'_> {
                 a,
                 b,
                 bias,
+                residual,
                 act,
                 out,
                 batch,
@@ -246,12 +247,40 @@ impl Launcher<'_> {
                 }
                 let blas = guard.as_mut().expect("created above");
                 if let (Some(bias), 1) = (bias, batch) {
-                    if blas.matmul_bias(&a, &b, bias.0, act, out.0, (rows, n, k), dtype, math)? {
+                    let c = residual.map(|r| r.0);
+                    if blas.matmul_bias(&a, &b, bias.0, c, act, out.0, (rows, n, k), dtype, math)? {
                         return Ok(());
                     }
                 }
                 blas.matmul(&a, &b, out.0, (batch, rows, n, k), dtype, math)?;
                 drop(guard);
+                if let Some(r) = residual {
+                    // No epilogue for this shape: the bias (below, `Identity` with a residual)
+                    // and then the residual, each in place.
+                    if let Some(bias) = bias {
+                        self.launch(Kernel::BiasAct {
+                            x: out,
+                            bias,
+                            out,
+                            rows: batch * rows,
+                            cols: n,
+                            act,
+                            dtype,
+                        })?;
+                    }
+                    let flat = |ptr| Strided {
+                        ptr,
+                        strides: smallvec::smallvec![1],
+                    };
+                    return self.launch(Kernel::Binary {
+                        op: BinaryOp::Add,
+                        a: flat(out),
+                        b: flat(r),
+                        shape: smallvec::smallvec![batch * rows * n],
+                        out,
+                        dtype,
+                    });
+                }
                 match bias {
                     // In place: each element is read and then written by the same thread.
                     Some(bias) => self.launch(Kernel::BiasAct {

@@ -48,7 +48,59 @@ impl Tensor {
         act: Activation,
         math: MatmulMath,
     ) -> Result<Tensor> {
-        self.matmul_impl(rhs, Some(bias), act, math)
+        self.matmul_impl(rhs, Some(bias), act, math, None)
+    }
+
+    /// `self @ rhs + bias + residual` (`residual` of the product's shape): the post-norm
+    /// residual of a transformer layer added in the product's epilogue where the backend
+    /// fuses it ([`Tensor::matmul_fuses_residual`]), so the LayerNorm after it reads one
+    /// tensor instead of two; else [`Tensor::matmul_bias`] and an add. Same shapes and math
+    /// as [`Tensor::matmul_bias`].
+    ///
+    /// ```
+    /// use streampool::{Device, MatmulMath, Tensor};
+    /// let dev = Device::cpu();
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2], &dev).unwrap();
+    /// let w = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], &[2, 2], &dev).unwrap();
+    /// let b = Tensor::from_vec(vec![10.0f32, 20.0], &[2], &dev).unwrap();
+    /// let r = Tensor::from_vec(vec![100.0f32, 200.0], &[1, 2], &dev).unwrap();
+    /// let y = x.matmul_bias_residual(&w, &b, &r, MatmulMath::Exact).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![111.0, 222.0]);
+    /// assert!(x.matmul_bias_residual(&w, &b, &b, MatmulMath::Exact).is_err()); // not [1, 2]
+    /// ```
+    pub fn matmul_bias_residual(
+        &self,
+        rhs: &Tensor,
+        bias: &Tensor,
+        residual: &Tensor,
+        math: MatmulMath,
+    ) -> Result<Tensor> {
+        if !self.matmul_fuses_residual(rhs)? {
+            let y = self.matmul_bias(rhs, bias, math)?;
+            // The fused form takes exactly the output's shape; so does this one (no
+            // broadcasting through `add`).
+            if residual.dims() != y.dims() {
+                return Err(Error::shape(
+                    "matmul",
+                    format!("residual {:?} must be {:?}", residual.dims(), y.dims()),
+                ));
+            }
+            return y.add(residual);
+        }
+        self.matmul_impl(rhs, Some(bias), Activation::Identity, math, Some(residual))
+    }
+
+    /// Whether [`Tensor::matmul_bias_residual`] of `self @ rhs` runs as one kernel on this
+    /// thread's current stream (CUDA: cuBLASLt's epilogue, for f16/bf16 products that are
+    /// bound by their arithmetic rather than by memory; see the CUDA backend).
+    pub fn matmul_fuses_residual(&self, rhs: &Tensor) -> Result<bool> {
+        let (Some(&k), Some(&n)) = (self.dims().last(), rhs.dims().last()) else {
+            return Ok(false);
+        };
+        let dtype = self.dtype();
+        crate::stream_pool::with_current_stream(self.device(), |s| {
+            Ok(s.inner.fuses_matmul_bias() && s.inner.fuses_matmul_residual(dtype, k, n))
+        })
     }
 
     /// Multi-head self-attention in one kernel, on the output of a fused QKV projection.

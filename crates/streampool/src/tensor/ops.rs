@@ -170,7 +170,7 @@ impl Tensor {
     /// [`Tensor::matmul`] with an explicit math mode for `F32` operands ([`MatmulMath::Tf32`]
     /// opts into TF32 tensor cores on CUDA; ignored for half operands and on the CPU).
     pub fn matmul_with(&self, rhs: &Tensor, math: MatmulMath) -> Result<Tensor> {
-        self.matmul_impl(rhs, None, Activation::Identity, math)
+        self.matmul_impl(rhs, None, Activation::Identity, math, None)
     }
 
     /// `self @ rhs + bias`, the bias (`[n]`) added to every row of the product: a linear
@@ -188,18 +188,20 @@ impl Tensor {
     /// assert!(x.matmul_bias(&w, &x, MatmulMath::Exact).is_err()); // bias is not [2]
     /// ```
     pub fn matmul_bias(&self, rhs: &Tensor, bias: &Tensor, math: MatmulMath) -> Result<Tensor> {
-        self.matmul_impl(rhs, Some(bias), Activation::Identity, math)
+        self.matmul_impl(rhs, Some(bias), Activation::Identity, math, None)
     }
 
     /// The product, plus `bias` and then `act` where given (`act` is `Identity` without a
     /// bias): one [`Kernel::Matmul`] where the backend fuses them, else the product and one
-    /// bias + activation pass.
+    /// bias + activation pass. A `residual` (only with a bias and `Identity`, the caller
+    /// having asked the backend whether it fuses one) is added in the same kernel.
     pub(super) fn matmul_impl(
         &self,
         rhs: &Tensor,
         bias: Option<&Tensor>,
         act: Activation,
         math: MatmulMath,
+        residual: Option<&Tensor>,
     ) -> Result<Tensor> {
         const OP: &str = "matmul";
         self.expect_float(OP)?;
@@ -238,7 +240,11 @@ impl Tensor {
                 })?;
                 if !fuses {
                     // The checks above and below run in matmul_with and bias_act.
-                    return self.matmul_with(rhs, math)?.bias_act(b, act);
+                    let y = self.matmul_with(rhs, math)?.bias_act(b, act)?;
+                    return match residual {
+                        Some(r) => y.add(r),
+                        None => Ok(y),
+                    };
                 }
                 if b.dims() != [n] {
                     return Err(Error::shape(
@@ -256,6 +262,25 @@ impl Tensor {
             None => None,
         };
         let batch_dims = &self.dims()[..ar - 2];
+        let residual = match residual {
+            Some(r) => {
+                r.same_dtype(self, OP)?;
+                r.same_device(self, OP)?;
+                let mut want = batch_dims.to_vec();
+                want.extend([m, n]);
+                if bias.is_none() || act != Activation::Identity || r.dims() != want.as_slice() {
+                    return Err(Error::shape(
+                        OP,
+                        format!(
+                            "residual {:?} must be {want:?}, with a bias and no activation",
+                            r.dims()
+                        ),
+                    ));
+                }
+                Some(r.as_contiguous()?)
+            }
+            None => None,
+        };
         if br > 2 && &rhs.dims()[..br - 2] != batch_dims {
             return Err(Error::shape(
                 OP,
@@ -274,9 +299,10 @@ impl Tensor {
             let rows = super::checked_elem_count(OP, &self.dims()[..ar - 1])?;
             let mut shape = batch_dims.to_vec();
             shape.extend([m, n]);
+            let residual = residual.map(|r| r.reshape(&[rows, n])).transpose()?;
             return self
                 .reshape(&[rows, k])?
-                .matmul_impl(rhs, bias.as_deref(), act, math)?
+                .matmul_impl(rhs, bias.as_deref(), act, math, residual.as_ref())?
                 .reshape(&shape);
         }
         // An empty output needs no work (and then its batch dims alone may not fit a usize).
@@ -307,14 +333,17 @@ impl Tensor {
         shape.extend([m, n]);
         let (ao, bo, dtype) = (a.1, b.1, self.dtype());
         let bias_ptr = bias.as_deref().map(Tensor::ptr);
+        let residual_ptr = residual.as_deref().map(Tensor::ptr);
         let mut inputs: Inputs = smallvec![&*a.0, &*b.0];
         inputs.extend(bias.as_deref());
+        inputs.extend(residual.as_deref());
         launch(self.device(), &inputs, self.out_like(&shape), |o| {
             Kernel::Matmul {
                 a: ao,
                 b: bo,
                 b_pack,
                 bias: bias_ptr,
+                residual: residual_ptr,
                 act,
                 out: o,
                 batch,
@@ -612,9 +641,17 @@ impl Tensor {
     /// `shape + [dim]`.
     pub fn embedding(&self, ids: &[i64], shape: &[usize]) -> Result<Tensor> {
         let rows = self.dims().first().copied().unwrap_or(0) as i64;
-        if let Some(bad) = ids.iter().find(|&&i| i < 0 || i >= rows) {
+        // A fold per chunk vectorizes (a negative id is a huge u64); the search for the bad
+        // id runs only on failure. This runs before the forward's first kernel can be queued.
+        let in_range = |c: &[i64]| {
+            c.iter()
+                .fold(true, |ok, &i| ok & ((i as u64) < rows as u64))
+        };
+        if !ids.chunks(256).all(in_range) {
+            let bad = ids.iter().find(|&&i| i < 0 || i >= rows).copied();
             return Err(Error::InvalidArgument(format!(
-                "embedding: id {bad} out of range 0..{rows}"
+                "embedding: id {} out of range 0..{rows}",
+                bad.unwrap_or_default()
             )));
         }
         let ids = Tensor::from_slice(ids, shape, self.device())?;

@@ -168,6 +168,7 @@ fn the_portable_path_matches_f64_and_the_fast_paths() {
         b: bo,
         b_pack: None,
         bias: Some(DevicePtr(bias.as_ptr() as u64)),
+        residual: None,
         act,
         out: DevicePtr(portable.as_mut_ptr() as u64),
         batch: 1,
