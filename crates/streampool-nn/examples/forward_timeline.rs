@@ -7,6 +7,8 @@
 //! cargo run --release --features cuda -p streampool-nn --example forward_timeline -- \
 //!     DIR --device cuda --dtype f16 --batch 512 --seq 128 --iters 40
 //! ```
+//! With `--loop-forward N` it only makes N such calls (for `ncu`).
+//!
 //! Columns of the split (medians over the iterations, ms): `fwd gpu` from before the
 //! forward is queued to after (uploads, embeddings, layers, and any wait of the device for
 //! the host), `pool gpu`, `back gpu` from the pool to after the read-back returned (copy,
@@ -49,7 +51,7 @@ fn ms(a: &Event, b: &Event) -> Res<f64> {
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(dir) = args.first().filter(|a| !a.starts_with("--")) else {
-        return Err("usage: forward_timeline DIR [--device cpu|cuda] [--dtype f16] [--batch 512] [--seq 128] [--iters 40]".into());
+        return Err("usage: forward_timeline DIR [--device cpu|cuda] [--dtype f16] [--batch 512] [--seq 128] [--iters 40] [--loop-forward N]".into());
     };
     let dev = device(arg(&args, "--device").unwrap_or("cpu"))?;
     let dtype: ComputeDType = arg(&args, "--dtype").unwrap_or("f16").parse()?;
@@ -72,6 +74,13 @@ fn main() -> Res<()> {
         return Err(format!("tokenized to {} tokens, not {seq}", input.seq_len()).into());
     }
     let call = || -> Res<Vec<f32>> { Ok(model.embed_input(&input)?.to_vec::<f32>()?) };
+    if let Some(n) = arg(&args, "--loop-forward") {
+        // Only the bench's calls, back to back: what a kernel profiler (ncu) should see.
+        for _ in 0..n.parse::<usize>()? {
+            call()?;
+        }
+        return Ok(());
+    }
     for _ in 0..5 {
         call()?;
     }

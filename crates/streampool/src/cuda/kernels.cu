@@ -1128,7 +1128,7 @@ SP_EXPORT3(sp_mean_pool_norm, mean_pool_norm_k, (const void* x, const float* mas
 // spread over the warps. The kernel above walks every row with one thread per column: at
 // 64 x 512 tokens it took 0.2 ms of a 4.3 ms forward on the H100 (64 blocks, 512 rows one
 // after another). Partial sums meet in shared memory; the norm's sum is in double. Rows of a
-// multiple of 8 columns take 16-byte loads, four rows per warp and step (at 512 x 128 x 384 in
+// multiple of 8 columns take 16-byte loads, two rows per warp and step (at 512 x 128 x 384 in
 // f16 the 4-byte form ran at a third of the H100's memory bandwidth: 56 us).
 #define SP_POOL_WARPS 8
 #define SP_POOL_MAX_DIM 1024

@@ -92,57 +92,6 @@ impl CudaStream {
     }
 }
 
-/// Read-backs of at least this many bytes are copied in [`READ_BACK_PARTS`] parts, each
-/// moved out of pinned memory by the host while the next is still on the bus.
-const READ_BACK_SPLIT: usize = 256 << 10;
-/// Parts of a split read-back.
-const READ_BACK_PARTS: usize = 4;
-
-impl CudaStream {
-    /// Copies `src` into `pinned` on this stream and then into `dst` (both `dst.len()`
-    /// bytes), waiting for the copies only. A large read-back (512 x 384 f32 embeddings:
-    /// 768 KiB) is queued as [`READ_BACK_PARTS`] copies with an event after each, and the
-    /// host moves part `i` into `dst` while part `i + 1` is still in flight, so the host's
-    /// copy overlaps the transfer instead of following it.
-    ///
-    /// # Safety
-    /// `src` is valid for `dst.len()` bytes, `pinned` is pinned memory of `dst.len()` bytes
-    /// that no other copy uses.
-    unsafe fn copy_to_pinned(
-        &self,
-        src: DevicePtr,
-        pinned: &mut [u8],
-        dst: &mut [u8],
-    ) -> Result<()> {
-        let len = dst.len();
-        let parts = if len >= READ_BACK_SPLIT {
-            READ_BACK_PARTS
-        } else {
-            1
-        };
-        // Parts of whole 256-byte lines: DMA-friendly offsets.
-        let step = len.div_ceil(parts).next_multiple_of(256);
-        let mut queued = Vec::with_capacity(parts);
-        for (i, chunk) in pinned.chunks_mut(step).enumerate() {
-            let at = (i * step) as u64;
-            // SAFETY: `[src + at, src + at + chunk.len())` lies inside the caller's `src`
-            // range; `chunk` is read only after the event recorded below has completed.
-            unsafe { result::memcpy_dtoh_async(chunk, src.0 + at, self.cu()) }
-                .map_err(|e| driver_err(self.device(), e))?;
-            queued.push(self.events.record(self.cu(), false)?);
-        }
-        for ((done, part), out) in queued
-            .iter()
-            .zip(pinned.chunks(step))
-            .zip(dst.chunks_mut(step))
-        {
-            done.synchronize()?;
-            out.copy_from_slice(part);
-        }
-        Ok(())
-    }
-}
-
 impl BackendStream for CudaStream {
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         self.bind()?;
@@ -229,11 +178,15 @@ impl BackendStream for CudaStream {
         if let Some(mut buf) = self.staging.take(dst.len())? {
             // SAFETY: the buffer holds at least `dst.len()` bytes and no copy uses it.
             let pinned = unsafe { buf.bytes(dst.len()) };
-            // SAFETY: `src` is valid for `dst.len()` bytes (caller); each part of the pinned
-            // buffer is read only after the event recorded after its copy has completed.
-            let copied = unsafe { self.copy_to_pinned(src, pinned, dst) };
+            // SAFETY: `src` is valid for `dst.len()` bytes (caller); the pinned buffer is read
+            // only after the event below has completed.
+            let copied = unsafe { result::memcpy_dtoh_async(pinned, src.0, self.cu()) }
+                .map_err(|e| driver_err(self.device(), e))
+                .and_then(|()| self.events.record(self.cu(), false))
+                .and_then(|done| done.synchronize());
             return match copied {
                 Ok(()) => {
+                    dst.copy_from_slice(pinned);
                     self.staging.give_back(buf);
                     Ok(())
                 }
