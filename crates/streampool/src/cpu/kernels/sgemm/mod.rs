@@ -324,16 +324,20 @@ unsafe fn run(
     });
     let bias = bias.as_deref();
     let threads = intra_op::pool().map_or(1, |p| p.current_num_threads());
-    // Row blocks per product: enough for four units per thread, none over block_rows.
-    let want = (4 * threads).div_ceil(batch * panels).max(1);
+    // Row blocks per product: enough for `units_per_thread` units per thread, none over
+    // block_rows.
+    let want = (units_per_thread() * threads)
+        .div_ceil(batch * panels)
+        .max(1);
+    // The block that stays in L2 is the rows times one step along k.
     let mb = m
         .div_ceil(want)
         .next_multiple_of(mr)
-        .min(block_rows(k, mr))
+        .min(block_rows(kc, mr))
         .max(mr);
     let blocks = m.div_ceil(mb);
     let units = batch * blocks * panels;
-    intra_op::for_ranges(units, mb * nr * k, |r| {
+    let body = |r: std::ops::Range<usize>| {
         for u in r {
             let (bi, rest) = (u / (blocks * panels), u % (blocks * panels));
             let (ib, jp) = (rest / panels, rest % panels);
@@ -377,7 +381,34 @@ unsafe fn run(
                 p0 += kc;
             }
         }
-    });
+    };
+    if guided() {
+        intra_op::for_ranges_guided(units, mb * nr * k, 1, body);
+    } else {
+        intra_op::for_ranges(units, mb * nr * k, body);
+    }
+}
+
+/// Units of the grid per pool thread that the row blocks are cut for (at least; fewer rows
+/// per block than [`block_rows`] when needed): `STREAMPOOL_CPU_SGEMM_UNITS`, default 4.
+fn units_per_thread() -> usize {
+    static UNITS: OnceLock<usize> = OnceLock::new();
+    *UNITS.get_or_init(|| {
+        std::env::var("STREAMPOOL_CPU_SGEMM_UNITS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&v: &usize| v > 0)
+            .unwrap_or(4)
+    })
+}
+
+/// Whether the units are claimed from a shared counter ([`intra_op::for_ranges_guided`], the
+/// default) or split into fixed pieces (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, session 8's).
+fn guided() -> bool {
+    static GUIDED: OnceLock<bool> = OnceLock::new();
+    *GUIDED.get_or_init(|| {
+        std::env::var("STREAMPOOL_CPU_SGEMM_SCHED").map_or(true, |v| v.trim() != "pieces")
+    })
 }
 
 /// One register tile's operands: `c[r][j] = act(s[r][j] + sum_p a[r][p] * w[p][j])` for
