@@ -18,11 +18,16 @@
 //! row-block order, so that the contiguous run of units a pool task takes shares its rows:
 //! a row block (at most [`block_rows`] rows, about 256 KiB of activations) stays in L2 while
 //! the task walks the panels, and each panel is read once per row block. Rows are split
-//! finer when the grid would give fewer than four units per thread (batch 1). Each tile
-//! runs the whole of `k` in one pass by default; `STREAMPOOL_CPU_SGEMM_KC=N` makes passes of
-//! `N` (a panel's rows then stay in L1 across the row tiles): on the 16-core Xeon, steps of
-//! 128 were 9% slower than one pass at MiniLM's shapes
-//! (`bench/results/cpu-2026-11-25-s8/final.log`), so the knob is for other hosts.
+//! finer when the grid would give fewer than four units per thread (batch 1;
+//! `STREAMPOOL_CPU_SGEMM_UNITS=N` for N). The pool's tasks claim runs of units from one
+//! shared counter ([`intra_op::for_ranges_guided`]: long runs first, short ones as the grid
+//! drains): on the 16-core Xeon that gave MiniLM's products 12-24% over fixed pieces
+//! (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, session 8's split, which left some threads a piece
+//! behind), 1,229-1,480 GFLOP/s of the host's 1,556 (`bench/results/cpu-2026-11-25-s9/`).
+//! Each tile runs the whole of `k` in one pass by default; `STREAMPOOL_CPU_SGEMM_KC=N` makes
+//! passes of `N` (a panel's rows then stay in L1 across the row tiles; the row block is then
+//! sized for `N` columns): on that Xeon, steps of 192 or 256 were 1.4x faster on one thread
+//! and 10-25% slower on 16 at MiniLM's shapes (the same files), so the default is one pass.
 //!
 //! The weight's packed copy lives as long as the weight and is as large (`f32`, rounded up
 //! to whole panels): a model's weights take twice their size on the CPU once each has run.
