@@ -153,3 +153,63 @@ pub(crate) fn for_ranges(items: usize, work_per_item: usize, f: impl Fn(Range<us
             .for_each(|p| f(p * per..((p + 1) * per).min(items)));
     });
 }
+
+/// Calls `f` on disjoint contiguous ranges covering `0..items`, claimed from one shared
+/// counter by one task per pool thread (on the calling thread alone when the work is under
+/// [`MIN_PARALLEL_WORK`]). Claims are guided: a task takes an even share of what is left
+/// (`left / (2 * threads)`, at least `grain` items), so the first ranges are long (their
+/// items share operands: a product's units of one row block) and the last ones short, and
+/// a thread that starts late (busy with another stream's kernel) takes what is left rather
+/// than holding a fixed share: the tasks finish within one short claim of each other.
+///
+/// Where [`for_ranges`]' fixed pieces (four per thread) left a thread one piece behind the
+/// others, this evens the end out: on MiniLM's products at batch 64 (416 units over 16
+/// threads) the fixed pieces were 7 units, 26 per thread on average but 28 for some.
+pub(crate) fn for_ranges_guided(
+    items: usize,
+    work_per_item: usize,
+    grain: usize,
+    f: impl Fn(Range<usize>) + Sync,
+) {
+    // `std`'s atomic, not the `sync` shim's: a counter local to one call, outside what the
+    // loom models check (they would need a loom runtime around every kernel).
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    if items == 0 {
+        return;
+    }
+    let work = items.saturating_mul(work_per_item.max(1));
+    let pool = match pool() {
+        Some(pool) if work >= MIN_PARALLEL_WORK && pool.current_num_threads() > 1 => pool,
+        _ => return f(0..items),
+    };
+    let threads = pool.current_num_threads();
+    let grain = grain.max(1);
+    let next = AtomicUsize::new(0);
+    let claim = || -> Option<Range<usize>> {
+        let mut start = next.load(Ordering::Relaxed);
+        loop {
+            if start >= items {
+                return None;
+            }
+            let take = ((items - start) / (2 * threads)).max(grain);
+            let end = (start + take).min(items);
+            // Relaxed suffices: the counter only hands out disjoint ranges; the items' data
+            // is ordered by the pool's join (every task finishes before `install` returns).
+            match next.compare_exchange_weak(start, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(start..end),
+                Err(now) => start = now,
+            }
+        }
+    };
+    // One task per thread through the pool's own splitting (not `broadcast`, which would
+    // wait for every thread, a busy one too): a task that starts after the counter ran out
+    // returns at once.
+    pool.install(|| {
+        use rayon::prelude::*;
+        (0..threads).into_par_iter().for_each(|_| {
+            while let Some(r) = claim() {
+                f(r);
+            }
+        });
+    });
+}

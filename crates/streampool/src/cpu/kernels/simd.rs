@@ -86,7 +86,8 @@ pub(crate) fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
     let underflow = x < -87.3;
     let x = x.clamp(-87.3, 88.3);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
     let r = x - n * C1 - n * C2;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_199_9e-3;
@@ -95,8 +96,11 @@ pub(crate) fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let e = p * r * r + r + 1.0;
-    // 2^n from its exponent bits (n is in [-126, 128) after the clamp).
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2^n from its exponent bits (n is in [-126, 128) after the clamp). n is read from t's
+    // low mantissa bits (t = 1.5 * 2^23 + n, whose bits are ROUND's plus n), not by an `as
+    // i32` cast: that saturating conversion kept the loops calling `exp` scalar (seen in
+    // attention's softmax on the dev VM, `vcvttss2si` per element).
+    let scale = f32::from_bits(t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
     if underflow {
         0.0
     } else {

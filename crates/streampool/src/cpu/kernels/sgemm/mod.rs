@@ -18,11 +18,16 @@
 //! row-block order, so that the contiguous run of units a pool task takes shares its rows:
 //! a row block (at most [`block_rows`] rows, about 256 KiB of activations) stays in L2 while
 //! the task walks the panels, and each panel is read once per row block. Rows are split
-//! finer when the grid would give fewer than four units per thread (batch 1). Each tile
-//! runs the whole of `k` in one pass by default; `STREAMPOOL_CPU_SGEMM_KC=N` makes passes of
-//! `N` (a panel's rows then stay in L1 across the row tiles): on the 16-core Xeon, steps of
-//! 128 were 9% slower than one pass at MiniLM's shapes
-//! (`bench/results/cpu-2026-11-25-s8/final.log`), so the knob is for other hosts.
+//! finer when the grid would give fewer than four units per thread (batch 1;
+//! `STREAMPOOL_CPU_SGEMM_UNITS=N` for N). The pool's tasks claim runs of units from one
+//! shared counter ([`intra_op::for_ranges_guided`]: long runs first, short ones as the grid
+//! drains): on the 16-core Xeon that gave MiniLM's products 12-24% over fixed pieces
+//! (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, session 8's split, which left some threads a piece
+//! behind), 1,229-1,480 GFLOP/s of the host's 1,556 (`bench/results/cpu-2026-11-25-s9/`).
+//! Each tile runs the whole of `k` in one pass by default; `STREAMPOOL_CPU_SGEMM_KC=N` makes
+//! passes of `N` (a panel's rows then stay in L1 across the row tiles; the row block is then
+//! sized for `N` columns): on that Xeon, steps of 192 or 256 were 1.4x faster on one thread
+//! and 10-25% slower on 16 at MiniLM's shapes (the same files), so the default is one pass.
 //!
 //! The weight's packed copy lives as long as the weight and is as large (`f32`, rounded up
 //! to whole panels): a model's weights take twice their size on the CPU once each has run.
@@ -324,16 +329,20 @@ unsafe fn run(
     });
     let bias = bias.as_deref();
     let threads = intra_op::pool().map_or(1, |p| p.current_num_threads());
-    // Row blocks per product: enough for four units per thread, none over block_rows.
-    let want = (4 * threads).div_ceil(batch * panels).max(1);
+    // Row blocks per product: enough for `units_per_thread` units per thread, none over
+    // block_rows.
+    let want = (units_per_thread() * threads)
+        .div_ceil(batch * panels)
+        .max(1);
+    // The block that stays in L2 is the rows times one step along k.
     let mb = m
         .div_ceil(want)
         .next_multiple_of(mr)
-        .min(block_rows(k, mr))
+        .min(block_rows(kc, mr))
         .max(mr);
     let blocks = m.div_ceil(mb);
     let units = batch * blocks * panels;
-    intra_op::for_ranges(units, mb * nr * k, |r| {
+    let body = |r: std::ops::Range<usize>| {
         for u in r {
             let (bi, rest) = (u / (blocks * panels), u % (blocks * panels));
             let (ib, jp) = (rest / panels, rest % panels);
@@ -377,7 +386,34 @@ unsafe fn run(
                 p0 += kc;
             }
         }
-    });
+    };
+    if guided() {
+        intra_op::for_ranges_guided(units, mb * nr * k, 1, body);
+    } else {
+        intra_op::for_ranges(units, mb * nr * k, body);
+    }
+}
+
+/// Units of the grid per pool thread that the row blocks are cut for (at least; fewer rows
+/// per block than [`block_rows`] when needed): `STREAMPOOL_CPU_SGEMM_UNITS`, default 4.
+fn units_per_thread() -> usize {
+    static UNITS: OnceLock<usize> = OnceLock::new();
+    *UNITS.get_or_init(|| {
+        std::env::var("STREAMPOOL_CPU_SGEMM_UNITS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&v: &usize| v > 0)
+            .unwrap_or(4)
+    })
+}
+
+/// Whether the units are claimed from a shared counter ([`intra_op::for_ranges_guided`], the
+/// default) or split into fixed pieces (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, session 8's).
+fn guided() -> bool {
+    static GUIDED: OnceLock<bool> = OnceLock::new();
+    *GUIDED.get_or_init(|| {
+        std::env::var("STREAMPOOL_CPU_SGEMM_SCHED").map_or(true, |v| v.trim() != "pieces")
+    })
 }
 
 /// One register tile's operands: `c[r][j] = act(s[r][j] + sum_p a[r][p] * w[p][j])` for
