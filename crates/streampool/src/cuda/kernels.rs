@@ -254,35 +254,9 @@ impl Launcher<'_> {
                 }
                 blas.matmul(&a, &b, out.0, (batch, rows, n, k), dtype, math)?;
                 drop(guard);
-                if let Some(r) = residual {
-                    // No epilogue for this shape: the bias (below, `Identity` with a residual)
-                    // and then the residual, each in place.
-                    if let Some(bias) = bias {
-                        self.launch(Kernel::BiasAct {
-                            x: out,
-                            bias,
-                            out,
-                            rows: batch * rows,
-                            cols: n,
-                            act,
-                            dtype,
-                        })?;
-                    }
-                    let flat = |ptr| Strided {
-                        ptr,
-                        strides: smallvec::smallvec![1],
-                    };
-                    return self.launch(Kernel::Binary {
-                        op: BinaryOp::Add,
-                        a: flat(out),
-                        b: flat(r),
-                        shape: smallvec::smallvec![batch * rows * n],
-                        out,
-                        dtype,
-                    });
-                }
+                // No epilogue for this shape: the bias and activation in place (each element
+                // is read and then written by the same thread), then the residual if any.
                 match bias {
-                    // In place: each element is read and then written by the same thread.
                     Some(bias) => self.launch(Kernel::BiasAct {
                         x: out,
                         bias,
@@ -291,12 +265,29 @@ impl Launcher<'_> {
                         cols: n,
                         act,
                         dtype,
-                    }),
-                    None if act == Activation::Identity => Ok(()),
-                    None => Err(Error::InvalidArgument(
-                        "matmul: an activation epilogue needs a bias".into(),
-                    )),
+                    })?,
+                    None if act == Activation::Identity => {}
+                    None => {
+                        return Err(Error::InvalidArgument(
+                            "matmul: an activation epilogue needs a bias".into(),
+                        ))
+                    }
                 }
+                let Some(r) = residual else {
+                    return Ok(());
+                };
+                let flat = |ptr| Strided {
+                    ptr,
+                    strides: smallvec::smallvec![1],
+                };
+                self.launch(Kernel::Binary {
+                    op: BinaryOp::Add,
+                    a: flat(out),
+                    b: flat(r),
+                    shape: smallvec::smallvec![batch * rows * n],
+                    out,
+                    dtype,
+                })
             }
             Kernel::Unary {
                 op,
