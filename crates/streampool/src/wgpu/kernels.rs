@@ -309,12 +309,38 @@ impl Pipelines {
 /// A prepared launch: pipelines, bound resources and workgroup counts, ready to record.
 pub(crate) struct Launch {
     dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
+    /// The matmul kernel taken, for the profile's label.
+    matmul: Option<(MatmulPath, Option<blocked::Spec>)>,
 }
 
 impl Launch {
-    /// Records the launch as one compute pass.
-    pub(crate) fn record(&self, enc: &mut wgpu::CommandEncoder) {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+    /// The matmul kernel this launch takes, in words (`None` for other kernels).
+    pub(crate) fn note(&self) -> Option<String> {
+        self.matmul.map(|(path, spec)| match (path, spec) {
+            (_, Some(s)) => s.label(),
+            (MatmulPath::Coop, _) => "matmul coop 64x64".into(),
+            _ => "matmul 16x16".into(),
+        })
+    }
+
+    /// Records the launch as one compute pass; `timestamps`: the query set and first of the
+    /// two indices its start and end timestamps go to (the profile).
+    pub(crate) fn record(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        timestamps: Option<(wgpu::QuerySet, u32)>,
+    ) {
+        let writes = timestamps
+            .as_ref()
+            .map(|(set, i)| wgpu::ComputePassTimestampWrites {
+                query_set: set,
+                beginning_of_pass_write_index: Some(*i),
+                end_of_pass_write_index: Some(*i + 1),
+            });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: writes,
+        });
         for (pipeline, group, [x, y, z]) in &self.dispatches {
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, group, &[]);
@@ -327,6 +353,7 @@ impl Launch {
 struct Binder<'a> {
     shared: &'a Shared,
     dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
+    matmul: Option<(MatmulPath, Option<blocked::Spec>)>,
 }
 
 /// A count or index as a kernel word, or an error when it does not fit.
@@ -352,6 +379,7 @@ impl<'a> Binder<'a> {
         Self {
             shared,
             dispatches: Vec::new(),
+            matmul: None,
         }
     }
 
@@ -428,6 +456,7 @@ impl<'a> Binder<'a> {
     fn finish(self) -> Option<Launch> {
         Some(Launch {
             dispatches: self.dispatches,
+            matmul: self.matmul,
         })
     }
 }
@@ -774,7 +803,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (ab, ao) = b.at(a.ptr, t)?;
             let (bb, bo) = b.at(rhs.ptr, t)?;
             let (ob, oo) = b.at(*out, t)?;
-            let (pipeline, [bm, bn]) = match matmul_kernel(&shared.matmul, half, *batch, *m, *n) {
+            let path = matmul_kernel(&shared.matmul, half, *batch, *m, *n);
+            b.matmul = Some((path, None));
+            let (pipeline, [bm, bn]) = match path {
                 MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
                 MatmulPath::Coop => (k.get(shared, Which::MatmulCoop, half)?, [64, 64]),
                 MatmulPath::Blocked { bm, bn, bk } => {
@@ -793,6 +824,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                         blocked::Layout::Generic
                     };
                     let spec = blocked::Spec { bm, bn, bk, layout };
+                    b.matmul = Some((path, Some(spec)));
                     (k.blocked(shared, spec, half)?, [bm as usize, bn as usize])
                 }
             };

@@ -23,6 +23,7 @@ mod blocked;
 pub(crate) mod kernels;
 pub(crate) mod memory;
 mod opened;
+pub(crate) mod profile;
 pub(crate) mod stream;
 
 use std::any::Any;
@@ -142,6 +143,9 @@ pub(crate) struct Shared {
     /// Whether launch parameters go into buffers mapped at creation (`UNIFORM | MAP_WRITE`,
     /// with `MAPPABLE_PRIMARY_BUFFERS`) rather than through a staging copy.
     pub(crate) mapped_params: bool,
+    /// `Some(nanoseconds per tick)` when every launch writes GPU timestamps for the profile
+    /// (`STREAMPOOL_WGPU_PROFILE=1`, adapter with `TIMESTAMP_QUERY`).
+    pub(crate) timestamp_period: Option<f32>,
     /// Whether the quarantine lock (the wgpu device's, `opened::Gpu::quarantine`) is taken:
     /// held around encoding, finishing and submission only.
     pub(crate) quarantine: bool,
@@ -341,6 +345,15 @@ impl WgpuDevice {
         if mapped_params {
             required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
+        // GPU timestamps of every launch for the opt-in profile (`profile`), where the
+        // adapter has them; an adapter without says so in the profile instead.
+        let timestamps = profile::mode() == profile::Mode::Gpu
+            && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        if timestamps {
+            required_features |= wgpu::Features::TIMESTAMP_QUERY;
+        } else if profile::mode() == profile::Mode::Gpu {
+            profile::unsupported(&info.name);
+        }
         let gpu = opened::open(adapter, required_features, coop)?;
         let name = format!("wgpu:{index} ({}, {:?})", info.name, info.backend);
         let wait_limit = match config.wait_limit {
@@ -445,6 +458,7 @@ impl WgpuDevice {
                     coop_matrix,
                     keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
                     mapped_params,
+                    timestamp_period: timestamps.then(|| gpu.queue.get_timestamp_period()),
                     gpu,
                 }),
             },

@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::kernels::{self, Pipelines};
+use super::profile::{self, StreamTimer};
 use super::SharedRef;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
 use crate::kernel::Kernel;
@@ -78,6 +79,8 @@ struct State {
     last: Option<Arc<Submitted>>,
     /// Barriers ever added (their ids).
     barrier_ids: u64,
+    /// GPU timestamps of this stream's launches (the profile, `STREAMPOOL_WGPU_PROFILE=1`).
+    timer: Option<StreamTimer>,
 }
 
 impl State {
@@ -140,9 +143,13 @@ impl Drop for WgpuStream {
 
 impl WgpuStream {
     pub(crate) fn new(shared: SharedRef) -> Self {
+        let timed = shared.timestamp_period.is_some();
         let core = Arc::new(Core {
             shared,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                timer: timed.then(|| StreamTimer::new(SUBMIT_EVERY)),
+                ..State::default()
+            }),
             fault: Mutex::new(None),
             readback: Mutex::new(Vec::new()),
         });
@@ -171,13 +178,20 @@ impl WgpuStream {
 impl Core {
     /// Records into this stream's encoder, under the quarantine lock when it is on; `record`
     /// runs inside a validation scope, so a bad command fails this call alone.
-    fn encode(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
+    /// `timed`: the pass `record` records, when the profile times passes; `record` gets its
+    /// timestamp slots (none when the profile is off).
+    fn encode(
+        &self,
+        timed: Option<profile::Timed>,
+        record: impl FnOnce(&mut wgpu::CommandEncoder, Option<(wgpu::QuerySet, u32)>),
+    ) -> Result<()> {
         let shared = &self.shared;
         let scope = shared
             .device
             .push_error_scope(wgpu::ErrorFilter::Validation);
         let submit_now = {
-            let mut st = self.state.lock();
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
             // Quarantine: see `WgpuConfig::quarantine`; taken inside the state lock (one order).
             let _q = shared.quarantined();
             let enc = st.encoder.get_or_insert_with(|| {
@@ -185,7 +199,11 @@ impl Core {
                     .device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor::default())
             });
-            record(enc);
+            let slots = match (timed, st.timer.as_mut()) {
+                (Some(t), Some(timer)) => timer.next_pass(&shared.device, t),
+                _ => None,
+            };
+            record(enc, slots);
             st.encoded += 1;
             st.encoded >= SUBMIT_EVERY
         };
@@ -200,7 +218,10 @@ impl Core {
 
     /// Finishes the current encoder into the held list (state lock held by the caller).
     fn finish_encoder(&self, st: &mut State) {
-        if let Some(enc) = st.encoder.take() {
+        if let Some(mut enc) = st.encoder.take() {
+            if let Some(timer) = st.timer.as_mut() {
+                timer.finish(&mut enc, st.finished);
+            }
             let shared = &self.shared;
             let scope = shared
                 .device
@@ -350,6 +371,29 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Reads the profile's timestamps of this stream's command buffers numbered below
+    /// `submitted`, which the caller has waited for (nothing when the profile is off).
+    fn read_profile(&self, submitted: u64) -> Result<()> {
+        let reads = match self.state.lock().timer.as_mut() {
+            Some(timer) => timer.take_done(submitted),
+            None => return Ok(()),
+        };
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        // Only a device opened with timestamps has a timer.
+        let period = shared.timestamp_period.unwrap_or(1.0);
+        let reads = profile::read(&shared.device, period, shared.wait_limit, reads)
+            .map_err(|msg| shared.backend_err(msg))?;
+        if let Some(timer) = self.state.lock().timer.as_mut() {
+            timer.give_back(reads);
+        }
+        Ok(())
+    }
+}
+
 impl BackendStream for WgpuStream {
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         let seq = {
@@ -398,11 +442,19 @@ impl BackendStream for WgpuStream {
     }
 
     fn synchronize(&self) -> Result<()> {
+        let t = profile::now();
         self.core().pump(u64::MAX, true)?;
-        let last = self.core().state.lock().last.clone();
+        profile::host_phase("synchronize: submit", t);
+        let t = profile::now();
+        let (last, submitted) = {
+            let st = self.core().state.lock();
+            (st.last.clone(), st.submitted)
+        };
         if let Some(sub) = last {
             self.core().wait_for(&sub)?;
         }
+        profile::host_phase("synchronize: wait for the GPU", t);
+        self.core().read_profile(submitted)?;
         self.take_fault()
     }
 
@@ -425,12 +477,21 @@ impl BackendStream for WgpuStream {
             return Ok(());
         }
         let shared = &self.core().shared;
+        let t = profile::now();
         // Bind groups and parameter buffers are made outside the stream's lock: threads on
         // different streams prepare their launches in parallel.
         let Some(launch) = kernels::prepare(self.pipelines(), shared, &kernel)? else {
             return Ok(()); // nothing to compute (an empty tensor)
         };
-        self.core().encode(|enc| launch.record(enc))
+        profile::host_phase("launch: prepare (bind group, parameters)", t);
+        let t = profile::now();
+        let timed = shared
+            .timestamp_period
+            .map(|_| profile::Timed::of(&kernel, launch.note()));
+        self.core()
+            .encode(timed, |enc, slots| launch.record(enc, slots))?;
+        profile::host_phase("launch: record (and submit every 32nd)", t);
+        Ok(())
     }
 
     unsafe fn copy_from_host(&self, src: Vec<u8>, dst: DevicePtr) -> Result<()> {
@@ -438,6 +499,7 @@ impl BackendStream for WgpuStream {
             return Ok(());
         }
         let shared = &self.core().shared;
+        let t = profile::now();
         let (buffer, offset) = shared.memory.resolve(dst)?;
         let size = (src.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
         if offset % wgpu::COPY_BUFFER_ALIGNMENT != 0 || offset + size > buffer.size() {
@@ -465,8 +527,11 @@ impl BackendStream for WgpuStream {
             view.slice(..src.len()).copy_from_slice(&src);
         }
         staging.unmap();
-        self.core()
-            .encode(|enc| enc.copy_buffer_to_buffer(&staging, 0, &buffer, offset, size))
+        self.core().encode(None, |enc, _| {
+            enc.copy_buffer_to_buffer(&staging, 0, &buffer, offset, size)
+        })?;
+        profile::host_phase("upload: staging buffer and copy", t);
+        Ok(())
     }
 
     unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
@@ -474,6 +539,7 @@ impl BackendStream for WgpuStream {
             return Ok(());
         }
         let shared = &self.core().shared;
+        let t = profile::now();
         let (buffer, offset) = shared.memory.resolve(src)?;
         // Copies move whole 4-byte words: widen the range to them (the buffer's size is a
         // multiple of 4, so the widened range stays inside it).
@@ -507,10 +573,18 @@ impl BackendStream for WgpuStream {
                 mapped_at_creation: false,
             })
         });
-        self.core()
-            .encode(|enc| enc.copy_buffer_to_buffer(&buffer, start, &staging, 0, end - start))?;
+        self.core().encode(None, |enc, _| {
+            enc.copy_buffer_to_buffer(&buffer, start, &staging, 0, end - start)
+        })?;
+        profile::host_phase("read-back: staging buffer and copy", t);
+        let t = profile::now();
         self.core().pump(u64::MAX, true)?;
-        let sub = self.core().state.lock().last.clone();
+        let (sub, submitted) = {
+            let st = self.core().state.lock();
+            (st.last.clone(), st.submitted)
+        };
+        profile::host_phase("read-back: submit", t);
+        let t = profile::now();
         let (tx, rx) = crossbeam_channel::bounded(1);
         staging.map_async(wgpu::MapMode::Read, ..size, move |r| {
             let _ = tx.send(r);
@@ -522,6 +596,8 @@ impl BackendStream for WgpuStream {
             Some(sub) => self.core().wait_for(&sub)?,
             None => self.core().wait_index(None)?,
         }
+        profile::host_phase("read-back: wait for the GPU", t);
+        let t = profile::now();
         // The copy is done: a non-blocking poll fires the callback, unless another thread's
         // poll took it first, which then fires it (a poll always runs the callbacks it takes).
         shared
@@ -536,6 +612,8 @@ impl BackendStream for WgpuStream {
             ))
         })?;
         mapped.map_err(|e| shared.backend_err(format!("mapping a read-back buffer: {e}")))?;
+        profile::host_phase("read-back: map", t);
+        let t = profile::now();
         {
             let view = staging
                 .get_mapped_range(..size)
@@ -550,6 +628,8 @@ impl BackendStream for WgpuStream {
                 pool.push(staging);
             }
         }
+        profile::host_phase("read-back: copy out and unmap", t);
+        self.core().read_profile(submitted)?;
         self.take_fault()
     }
 }
