@@ -106,6 +106,7 @@ pub(crate) fn label(k: &Kernel) -> String {
             n,
             k,
             bias,
+            act,
             ..
         } => format!(
             "matmul{d} {}{m}x{n}x{k}{}",
@@ -114,7 +115,11 @@ pub(crate) fn label(k: &Kernel) -> String {
             } else {
                 String::new()
             },
-            if bias.is_some() { " +bias" } else { "" }
+            match (bias.is_some(), act) {
+                (false, _) => String::new(),
+                (true, crate::Activation::Identity) => " +bias".into(),
+                (true, act) => format!(" +bias {act:?}"),
+            }
         ),
         Kernel::Attention {
             batch,

@@ -16,7 +16,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use streampool::{DType, Device, DeviceConfig, Tensor, WgpuConfig, WgpuQuarantine};
+use streampool::{
+    Activation, DType, Device, DeviceConfig, MatmulMath, Tensor, WgpuConfig, WgpuQuarantine,
+};
 
 #[path = "allocator.rs"]
 mod allocator;
@@ -330,12 +332,12 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                         }
                     }
                 }
-                let check = |what: &str, got: &Tensor| {
+                let check_with = |what: &str, got: &Tensor, want: &[f64]| {
                     assert_eq!(got.dims(), &[batch, m, n], "{what}");
                     let g = got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
                     let err: f64 = g
                         .iter()
-                        .zip(&want)
+                        .zip(want)
                         .map(|(g, w)| (*g as f64 - w).powi(2))
                         .sum::<f64>()
                         .sqrt();
@@ -346,6 +348,7 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                         err / norm
                     );
                 };
+                let check = |what: &str, got: &Tensor| check_with(what, got, &want);
                 let up = |v: &[f32], shape: &[usize]| {
                     Tensor::from_slice(v, shape, &dev)
                         .unwrap()
@@ -381,6 +384,41 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                     .reshape(&[batch, m, k])
                     .unwrap();
                 check("A at an offset", &a_off.matmul(&wt).unwrap());
+                // The bias and activation fused into the product's stores (the epilogue),
+                // through W^T and through W.
+                let bias_v = values(n);
+                let bv = exact(&bias_v);
+                let bias_t = up(&bias_v, &[n]);
+                for act in [
+                    Activation::Identity,
+                    Activation::Relu,
+                    Activation::Gelu,
+                    Activation::GeluTanh,
+                ] {
+                    let f = |x: f64| match act {
+                        Activation::Identity => x,
+                        Activation::Relu => x.max(0.0),
+                        Activation::Gelu => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
+                        Activation::GeluTanh => {
+                            let c = (2.0 / std::f64::consts::PI).sqrt();
+                            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+                        }
+                    };
+                    let want_act: Vec<f64> =
+                        want.iter().enumerate().map(|(e, w)| f(w + bv[e % n])).collect();
+                    let math = MatmulMath::Exact;
+                    check_with(
+                        &format!("A W^T + bias, {act:?}"),
+                        &at.matmul_bias_act(&wt, &bias_t, act, math).unwrap(),
+                        &want_act,
+                    );
+                    check_with(
+                        &format!("A W + bias, {act:?}"),
+                        &at.matmul_bias_act(&wt.contiguous().unwrap(), &bias_t, act, math)
+                            .unwrap(),
+                        &want_act,
+                    );
+                }
             }
         }
     }

@@ -35,6 +35,8 @@ const PRELUDE: &str = include_str!("shaders/prelude.wgsl");
 /// The cooperative-matrix matmul's body (after `PRELUDE`).
 pub(crate) const MATMUL_COOP: &str = include_str!("shaders/matmul_coop.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
+/// The bias and activation epilogue of the FMA matmul kernels.
+const EPILOGUE: &str = include_str!("shaders/epilogue.wgsl");
 
 /// One compiled kernel.
 pub(crate) struct Pipeline {
@@ -147,7 +149,11 @@ impl Key {
         };
         let consts = self.which.constants();
         let rows = if rows { ROWS } else { "" };
-        let source = format!("{header}{consts}{PRELUDE}\n{rows}\n{body}");
+        let epilogue = match self.which {
+            Which::Matmul | Which::Blocked => EPILOGUE,
+            _ => "",
+        };
+        let source = format!("{header}{consts}{PRELUDE}\n{rows}\n{epilogue}\n{body}");
         let label = if self.half {
             format!("{label} f16")
         } else {
@@ -481,6 +487,16 @@ fn unary_code(op: UnaryOp) -> (u32, f32, f32) {
     }
 }
 
+/// The activation's code in `bias_act.wgsl` and `epilogue.wgsl`.
+fn act_code(act: Activation) -> u32 {
+    match act {
+        Activation::Identity => 0,
+        Activation::Relu => 1,
+        Activation::Gelu => 2,
+        Activation::GeluTanh => 3,
+    }
+}
+
 fn binary_code(op: BinaryOp) -> u32 {
     match op {
         BinaryOp::Add => 0,
@@ -792,18 +808,24 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             act,
             ..
         } => {
-            if bias.is_some() || *act != Activation::Identity {
-                return Err(Error::InvalidArgument(
-                    "wgpu matmul with a fused bias (the backend does not fuse it: Tensor::matmul_bias adds it separately)".into(),
-                ));
-            }
             if batch * m * n == 0 {
                 return Ok(None);
             }
             let (ab, ao) = b.at(a.ptr, t)?;
             let (bb, bo) = b.at(rhs.ptr, t)?;
             let (ob, oo) = b.at(*out, t)?;
+            // The epilogue's bias (without one, `a` is bound in its place and not read).
+            let (biasb, biaso) = match bias {
+                Some(p) => b.at(*p, t)?,
+                None => (ab.clone(), 0),
+            };
             let path = matmul_kernel(&shared.matmul, half, *batch, *m, *n);
+            if path == MatmulPath::Coop && (bias.is_some() || *act != Activation::Identity) {
+                // `fuses_matmul_bias` is false with cooperative matrices: never sent.
+                return Err(Error::InvalidArgument(
+                    "wgpu cooperative-matrix matmul with a fused bias or activation".into(),
+                ));
+            }
             b.matmul = Some((path, None));
             let (pipeline, [bm, bn]) = match path {
                 MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
@@ -854,13 +876,16 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                     word(rhs.rs, "stride")?,
                     word(rhs.cs, "stride")?,
                     oo,
+                    biaso,
+                    act_code(*act),
+                    bias.is_some() as u32,
                 ];
-                b.dispatch(
-                    &pipeline,
-                    &params,
-                    &[&ab, &bb, &ob],
-                    [tiles[0], tiles[1], count],
-                )?;
+                let buffers: &[&wgpu::Buffer] = if path == MatmulPath::Coop {
+                    &[&ab, &bb, &ob]
+                } else {
+                    &[&ab, &bb, &ob, &biasb]
+                };
+                b.dispatch(&pipeline, &params, buffers, [tiles[0], tiles[1], count])?;
             }
         }
         Kernel::Softmax {
@@ -935,13 +960,14 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (xb, xo) = b.at(*x, t)?;
             let (bb, bo) = b.at(*bias, t)?;
             let (ob, oo) = b.at(*out, t)?;
-            let code = match act {
-                Activation::Identity => 0,
-                Activation::Relu => 1,
-                Activation::Gelu => 2,
-                Activation::GeluTanh => 3,
-            };
-            let params = [xo, bo, oo, word(n, "length")?, word(*cols, "cols")?, code];
+            let params = [
+                xo,
+                bo,
+                oo,
+                word(n, "length")?,
+                word(*cols, "cols")?,
+                act_code(*act),
+            ];
             b.dispatch(
                 &k.get(shared, Which::BiasAct, half)?,
                 &params,

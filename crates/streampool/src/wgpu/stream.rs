@@ -31,7 +31,7 @@ use super::kernels::{self, Pipelines};
 use super::profile::{self, StreamTimer};
 use super::SharedRef;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
-use crate::kernel::Kernel;
+use crate::kernel::{Activation, Kernel};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use crate::{Error, Result};
 
@@ -395,6 +395,17 @@ impl Core {
 }
 
 impl BackendStream for WgpuStream {
+    fn fuses_matmul_bias(&self) -> bool {
+        // The FMA kernels add the bias in their epilogue (`shaders/epilogue.wgsl`); the
+        // cooperative-matrix kernel has none, so with it the bias stays a pass of its own.
+        !self.core().shared.matmul.coop
+    }
+
+    fn fuses_matmul_act(&self, _act: Activation) -> bool {
+        // Every activation of `bias_act.wgsl` is in the epilogue too.
+        true
+    }
+
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         let seq = {
             let mut st = self.core().state.lock();
