@@ -58,6 +58,8 @@ pub(crate) enum Which {
     Reduce,
     /// The 16x16 tile, one output per invocation: small outputs.
     Matmul,
+    /// One output row (batch-1 layers): 8 columns per workgroup, K split over 32 lanes.
+    Gemv,
     /// The register-blocked kernels, generated per [`blocked::Spec`] (in [`Key::spec`]).
     Blocked,
     /// f16 matmul on cooperative matrices (`shaders/matmul_coop.wgsl`), opt-in.
@@ -75,7 +77,7 @@ pub(crate) enum Which {
 }
 
 impl Which {
-    const COUNT: usize = 17;
+    const COUNT: usize = 18;
 
     /// Label, WGSL body, and whether it uses the row reductions of `rows.wgsl`.
     fn source(self) -> (&'static str, &'static str, bool) {
@@ -95,6 +97,7 @@ impl Which {
             ),
             Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
             Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
+            Which::Gemv => ("gemv", include_str!("shaders/gemv.wgsl"), false),
             Which::MatmulCoop => ("matmul_coop", MATMUL_COOP, false),
             // Generated: `Key::build` asks `blocked::Spec::source`.
             Which::Blocked => ("matmul_blocked", "", false),
@@ -150,7 +153,7 @@ impl Key {
         let consts = self.which.constants();
         let rows = if rows { ROWS } else { "" };
         let epilogue = match self.which {
-            Which::Matmul | Which::Blocked => EPILOGUE,
+            Which::Matmul | Which::Gemv | Which::Blocked => EPILOGUE,
             _ => "",
         };
         let source = format!("{header}{consts}{PRELUDE}\n{rows}\n{epilogue}\n{body}");
@@ -225,6 +228,7 @@ pub fn all_wgsl() -> Vec<(String, String)> {
         Which::IndexSelect,
         Which::Reduce,
         Which::Matmul,
+        Which::Gemv,
         Which::Blocked,
         Which::MatmulCoop,
         Which::Attention,
@@ -325,6 +329,7 @@ impl Launch {
         self.matmul.map(|(path, spec)| match (path, spec) {
             (_, Some(s)) => s.label(),
             (MatmulPath::Coop, _) => "matmul coop 64x64".into(),
+            (MatmulPath::Gemv, _) => "gemv 8 columns x 32 lanes".into(),
             _ => "matmul 16x16".into(),
         })
     }
@@ -534,6 +539,8 @@ fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> 
 pub(crate) enum MatmulPath {
     /// The 16x16 tile, one output per invocation: thin or small outputs.
     Simple,
+    /// A single output row ([`Which::Gemv`]): batch-1 layers.
+    Gemv,
     /// A register-blocked `bm x bn` tile with `bk`-deep slices ([`blocked`]).
     Blocked { bm: u32, bn: u32, bk: u32 },
     /// 64x64 blocks on cooperative matrices (f16 only, where enabled).
@@ -576,8 +583,9 @@ pub(crate) const DEFAULT_GROUPS: usize = 256;
 /// Slice depth of the automatic blocked tiles.
 const DEFAULT_BK: u32 = 16;
 
-/// The matmul kernel for an output of `batch` x `m` x `n`: the 16x16 tile for thin outputs
-/// (fewer than 64 rows or columns: batch-1 layers, attention's per-head products), else the
+/// The matmul kernel for an output of `batch` x `m` x `n`: one row (batch-1 layers) by the
+/// GEMV kernel, the 16x16 tile for other thin outputs (fewer than 64 rows or columns:
+/// attention's per-head products), else the
 /// largest blocked tile (128x128, 128x64, 64x64) that still gives `groups` workgroups.
 pub(crate) fn matmul_kernel(
     c: &MatmulChoice,
@@ -599,6 +607,9 @@ pub(crate) fn matmul_kernel(
             }
         }
         _ => {}
+    }
+    if m == 1 {
+        return MatmulPath::Gemv;
     }
     if m < 64 || n < 64 {
         return MatmulPath::Simple;
@@ -829,6 +840,8 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             b.matmul = Some((path, None));
             let (pipeline, [bm, bn]) = match path {
                 MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
+                // One row; eight columns per workgroup.
+                MatmulPath::Gemv => (k.get(shared, Which::Gemv, half)?, [1, 8]),
                 MatmulPath::Coop => (k.get(shared, Which::MatmulCoop, half)?, [64, 64]),
                 MatmulPath::Blocked { bm, bn, bk } => {
                     // The vec4 variants need every offset, stride and extent they step by

@@ -72,7 +72,8 @@ pub struct WgpuConfig {
     /// The matmul kernel: `Some(16)` the 16x16 tile with one output per invocation,
     /// `Some(64)` or `Some(128)` the register-blocked 64x64 (4x4 outputs per invocation) or
     /// 128x128 (8x8) tiles; `None` (unless the variable `STREAMPOOL_WGPU_MATMUL_TILE` names
-    /// one): by shape, the 16x16 tile for outputs under 64 rows or columns, else the largest
+    /// one): by shape, the GEMV kernel for one-row outputs, the 16x16 tile for other outputs
+    /// under 64 rows or columns, else the largest
     /// blocked tile (128x128, 128x64, 64x64) that still fills the GPU. For tests and tuning;
     /// the variables `STREAMPOOL_WGPU_MATMUL_BLOCK=BMxBNxBK` (e.g. `128x64x16`) and
     /// `STREAMPOOL_WGPU_MATMUL_GROUPS` (workgroups a tile must give, default 256) tune the
@@ -543,6 +544,9 @@ impl Device {
                     };
                     let path = match kernels::matmul_kernel(&shared.matmul, half, batch, m, n) {
                         kernels::MatmulPath::Simple => "16x16 tile, 1 output per invocation".into(),
+                        kernels::MatmulPath::Gemv => {
+                            "gemv, 8 columns per workgroup, K over 32 lanes".into()
+                        }
                         kernels::MatmulPath::Coop => {
                             "cooperative matrices, 64x64 blocks of 16x16x16 f16 products".into()
                         }

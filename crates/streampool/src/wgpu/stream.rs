@@ -223,6 +223,7 @@ impl Core {
                 timer.finish(&mut enc, st.finished);
             }
             let shared = &self.shared;
+            let t = profile::now();
             let scope = shared
                 .device
                 .push_error_scope(wgpu::ErrorFilter::Validation);
@@ -230,6 +231,7 @@ impl Core {
                 let _q = shared.quarantined();
                 enc.finish()
             };
+            profile::host_phase("  (in submit) finish the command buffer", t);
             if let Some(e) = pollster::block_on(scope.pop()) {
                 self.fault.lock().get_or_insert(format!("encoding: {e}"));
             }
@@ -302,13 +304,17 @@ impl Core {
             .push_error_scope(wgpu::ErrorFilter::Validation);
         let (index, done) = {
             let _q = shared.quarantined();
+            let t = profile::now();
             let index = shared.queue.submit(buffers);
+            profile::host_phase("  (in submit) Queue::submit", t);
+            let t = profile::now();
             let done = Arc::new(AtomicBool::new(false));
             let flag = done.clone();
             // Fires once the newest submission (this one or a later one) completes.
             shared
                 .queue
                 .on_submitted_work_done(move || flag.store(true, Ordering::Release));
+            profile::host_phase("  (in submit) on_submitted_work_done", t);
             (index, done)
         };
         st.submitted += n;
