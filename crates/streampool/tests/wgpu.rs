@@ -297,6 +297,9 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
         // K and N multiples of 4: the blocked tiles' vec4 variants (B along K and along N).
         (130, 68, 72),
         (66, 8, 68),
+        // One row, narrow outputs: the GEMV kernel's 128 and 256 lanes per column.
+        (1, 100, 9),
+        (1, 300, 70),
     ];
     // `None`: the automatic choice, which takes the GEMV kernel for one-row outputs.
     for tile in [None, Some(16), Some(64), Some(128)] {

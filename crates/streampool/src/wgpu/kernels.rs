@@ -58,7 +58,7 @@ pub(crate) enum Which {
     Reduce,
     /// The 16x16 tile, one output per invocation: small outputs.
     Matmul,
-    /// One output row (batch-1 layers): 8 columns per workgroup, K split over 32 lanes.
+    /// One output row (batch-1 layers): K split over 32 to 256 lanes per column.
     Gemv,
     /// The register-blocked kernels, generated per [`blocked::Spec`] (in [`Key::spec`]).
     Blocked,
@@ -329,7 +329,7 @@ impl Launch {
         self.matmul.map(|(path, spec)| match (path, spec) {
             (_, Some(s)) => s.label(),
             (MatmulPath::Coop, _) => "matmul coop 64x64".into(),
-            (MatmulPath::Gemv, _) => "gemv 8 columns x 32 lanes".into(),
+            (MatmulPath::Gemv, _) => "gemv".into(),
             _ => "matmul 16x16".into(),
         })
     }
@@ -629,6 +629,22 @@ pub(crate) fn matmul_kernel(
     }
 }
 
+/// Invocations per output column of the GEMV kernel (32 to 256, a power of two): the
+/// fewest that still give [`GEMV_GROUPS`] workgroups (256 / lanes columns each), and no more
+/// than `k` needs.
+pub(crate) fn gemv_lanes(batch: usize, n: usize, k: usize) -> usize {
+    let mut lanes = 32;
+    while lanes < 256 && lanes < k && batch * n.div_ceil(256 / lanes) < GEMV_GROUPS {
+        lanes *= 2;
+    }
+    lanes
+}
+
+/// Workgroups a GEMV launch should give where the output allows: about one per
+/// multiprocessor of a large GPU (the H100 has 132), so that narrow batch-1 layers read
+/// their weight with the whole GPU.
+const GEMV_GROUPS: usize = 128;
+
 /// The variant's name, for error messages.
 fn kernel_name(kernel: &Kernel) -> &'static str {
     match kernel {
@@ -838,10 +854,11 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 ));
             }
             b.matmul = Some((path, None));
+            let gemv_lanes = gemv_lanes(*batch, *n, *kk);
             let (pipeline, [bm, bn]) = match path {
                 MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
-                // One row; eight columns per workgroup.
-                MatmulPath::Gemv => (k.get(shared, Which::Gemv, half)?, [1, 8]),
+                // One row; 256 / lanes columns per workgroup.
+                MatmulPath::Gemv => (k.get(shared, Which::Gemv, half)?, [1, 256 / gemv_lanes]),
                 MatmulPath::Coop => (k.get(shared, Which::MatmulCoop, half)?, [64, 64]),
                 MatmulPath::Blocked { bm, bn, bk } => {
                     // The vec4 variants need every offset, stride and extent they step by
@@ -892,6 +909,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                     biaso,
                     act_code(*act),
                     bias.is_some() as u32,
+                    gemv_lanes as u32,
                 ];
                 let buffers: &[&wgpu::Buffer] = if path == MatmulPath::Coop {
                     &[&ab, &bb, &ob]

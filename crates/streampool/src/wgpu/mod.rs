@@ -144,6 +144,9 @@ pub(crate) struct Shared {
     /// Whether launch parameters go into buffers mapped at creation (`UNIFORM | MAP_WRITE`,
     /// with `MAPPABLE_PRIMARY_BUFFERS`) rather than through a staging copy.
     pub(crate) mapped_params: bool,
+    /// Whether the first command buffers after a host wait are submitted after fewer launches
+    /// (4, 8, 16, then 32; `stream::SUBMIT_FIRST`); `STREAMPOOL_WGPU_SUBMIT_RAMP=0`: every 32.
+    pub(crate) submit_ramp: bool,
     /// `Some(nanoseconds per tick)` when every launch writes GPU timestamps for the profile
     /// (`STREAMPOOL_WGPU_PROFILE=1`, adapter with `TIMESTAMP_QUERY`).
     pub(crate) timestamp_period: Option<f32>,
@@ -459,6 +462,7 @@ impl WgpuDevice {
                     coop_matrix,
                     keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
                     mapped_params,
+                    submit_ramp: var("STREAMPOOL_WGPU_SUBMIT_RAMP").as_deref() != Some("0"),
                     timestamp_period: timestamps.then(|| gpu.queue.get_timestamp_period()),
                     gpu,
                 }),

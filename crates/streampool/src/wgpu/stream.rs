@@ -39,6 +39,23 @@ use crate::{Error, Result};
 /// the GPU starts on long chains without waiting for a synchronize.
 const SUBMIT_EVERY: usize = 32;
 
+/// With the ramp (`Shared::submit_ramp`), the first command buffer after a host wait is
+/// submitted after this many launches, and each next one after twice as many, up to
+/// [`SUBMIT_EVERY`]: the GPU starts after a few launches instead of idling while the host
+/// records 32 (about 0.7 ms of a 3.5 ms MiniLM forward at batch 64 x 32 tokens on the H100,
+/// `bench/results/wgpu-2026-11-25-s9/`).
+const SUBMIT_FIRST: usize = 4;
+
+/// Launches the encoder takes before it is submitted, `finished` command buffers after the
+/// stream's last host wait.
+fn submit_after(ramp: bool, finished: u32) -> usize {
+    if ramp {
+        (SUBMIT_FIRST << finished.min(8)).min(SUBMIT_EVERY)
+    } else {
+        SUBMIT_EVERY
+    }
+}
+
 /// One submission to the queue.
 pub(crate) struct Submitted {
     index: wgpu::SubmissionIndex,
@@ -81,6 +98,8 @@ struct State {
     barrier_ids: u64,
     /// GPU timestamps of this stream's launches (the profile, `STREAMPOOL_WGPU_PROFILE=1`).
     timer: Option<StreamTimer>,
+    /// Command buffers finished since this stream's last host wait (the submission ramp).
+    since_wait: u32,
 }
 
 impl State {
@@ -205,7 +224,7 @@ impl Core {
             };
             record(enc, slots);
             st.encoded += 1;
-            st.encoded >= SUBMIT_EVERY
+            st.encoded >= submit_after(shared.submit_ramp, st.since_wait)
         };
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(shared.backend_err(format!("encoding: {e}")));
@@ -237,6 +256,7 @@ impl Core {
             }
             st.held.push_back(buffer);
             st.finished += 1;
+            st.since_wait = st.since_wait.saturating_add(1);
             st.encoded = 0;
         }
     }
@@ -470,6 +490,7 @@ impl BackendStream for WgpuStream {
         if let Some(sub) = last {
             self.core().wait_for(&sub)?;
         }
+        self.core().state.lock().since_wait = 0;
         profile::host_phase("synchronize: wait for the GPU", t);
         self.core().read_profile(submitted)?;
         self.take_fault()
@@ -613,6 +634,7 @@ impl BackendStream for WgpuStream {
             Some(sub) => self.core().wait_for(&sub)?,
             None => self.core().wait_index(None)?,
         }
+        self.core().state.lock().since_wait = 0;
         profile::host_phase("read-back: wait for the GPU", t);
         let t = profile::now();
         // The copy is done: a non-blocking poll fires the callback, unless another thread's

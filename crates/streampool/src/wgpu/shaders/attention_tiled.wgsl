@@ -9,12 +9,9 @@
 // rows staged in workgroup memory (f32, rows padded by one vec4 so the vec4 reads below hit
 // distinct banks). Invocation (q, lane), q = index / 8, lane = index % 8, scores keys lane,
 // lane + 8, lane + 16, lane + 24 of the tile for query q into `ps`; then every invocation of
-// query q takes the tile's max, turns its own four scores into probabilities in `pp` (each
-// exponential computed once: computed by all eight lanes of a query, they were 8x the
-// work, session 9), and after a barrier folds the tile's 32 probabilities into the online
-// softmax (running max and sum in f32, the output rescaled when the max grows) and
-// accumulates its own output columns: vec4 groups lane and lane + 8 (columns 4 lane.. and
-// 32 + 4 lane..). A padded key scores
+// query q folds the tile's 32 scores into the online softmax (running max and sum in f32,
+// the output rescaled when the max grows) and accumulates its own output columns: vec4
+// groups lane and lane + 8 (columns 4 lane.. and 32 + 4 lane..). A padded key scores
 // f32::MIN (Hugging Face's additive mask): it adds nothing unless every key is padding, and
 // then the row attends uniformly.
 @group(0) @binding(1) var<storage, read> qkv: array<T>;
@@ -32,7 +29,6 @@ var<workgroup> qs: array<vec4<f32>, 544>; // BQ * P4
 var<workgroup> ks: array<vec4<f32>, 544>; // BKEY * P4
 var<workgroup> vs: array<vec4<f32>, 544>;
 var<workgroup> ps: array<f32, 1056>; // BQ * PS
-var<workgroup> pp: array<f32, 1056>; // probabilities, as `ps`
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -111,18 +107,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         let new_max = max(run_max, tile_max);
         let scale = exp(run_max - new_max);
-        for (var i = 0u; i < 4u; i++) {
-            let j = lane + 8u * i;
-            if (j < nk) {
-                pp[q * PS + j] = exp(ps[q * PS + j] - new_max);
-            }
-        }
-        workgroupBarrier();
         var sum = 0.0;
         var a0 = acc0 * scale;
         var a1 = acc1 * scale;
         for (var j = 0u; j < nk; j++) {
-            let pj = pp[q * PS + j];
+            let pj = exp(ps[q * PS + j] - new_max);
             sum += pj;
             a0 = fma(vec4<f32>(pj), vs[j * P4 + lane], a0);
             if (d > 32u) {
@@ -133,7 +122,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc1 = a1;
         run_sum = run_sum * scale + sum;
         run_max = new_max;
-        // `ks`, `vs`, `ps` and `pp` are overwritten by the next tile.
+        // `ks`, `vs` and `ps` are overwritten by the next tile.
         workgroupBarrier();
     }
     let token = q_first + q;
