@@ -43,7 +43,10 @@ const SUBMIT_EVERY: usize = 32;
 /// submitted after this many launches, and each next one after twice as many, up to
 /// [`SUBMIT_EVERY`]: the GPU starts after a few launches instead of idling while the host
 /// records 32 (about 0.7 ms of a 3.5 ms MiniLM forward at batch 64 x 32 tokens on the H100,
-/// `bench/results/wgpu-2026-11-25-s9/`).
+/// `bench/results/wgpu-2026-11-25-s9/`). The price: a call of 5 to 7 commands before its
+/// read-back makes two submissions instead of one (finishing and submitting a command buffer
+/// costs ~25-40 us of host time there, partly hidden behind the first one's GPU work); a
+/// call of up to 4 (the MLP bench's upload, two launches and read-back copy) still makes one.
 const SUBMIT_FIRST: usize = 4;
 
 /// Launches the encoder takes before it is submitted, `finished` command buffers after the
