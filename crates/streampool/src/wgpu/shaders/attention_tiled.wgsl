@@ -157,26 +157,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
         // Online softmax over the tile (key 0 is always in it, so the max is finite and the
         // first rescale multiplies by exp(-inf) = 0).
-        var tile_max = neg_inf();
-        for (var j = 0u; j < nk; j++) {
-            tile_max = max(tile_max, ps[q * PS + j]);
+        // Both loops run over the whole tile, a constant trip count the driver can unroll,
+        // in two independent chains (even and odd keys) instead of one dependent chain: keys
+        // past `nk` scored -inf and weigh exp(-inf) = 0 (their `vs` rows hold finite values
+        // of an earlier tile, or the zeros workgroup memory starts with).
+        var m0 = neg_inf();
+        var m1 = neg_inf();
+        for (var j = 0u; j < BKEY; j += 2u) {
+            m0 = max(m0, ps[q * PS + j]);
+            m1 = max(m1, ps[q * PS + j + 1u]);
         }
-        let new_max = max(run_max, tile_max);
+        let new_max = max(run_max, max(m0, m1));
         let scale = exp(run_max - new_max);
-        var sum = 0.0;
+        var sum0 = 0.0;
+        var sum1 = 0.0;
         var a0 = acc0 * scale;
         var a1 = acc1 * scale;
-        for (var j = 0u; j < nk; j++) {
-            let pj = exp(ps[q * PS + j] - new_max);
-            sum += pj;
-            a0 = fma(vec4<f32>(pj), vs[j * P4 + lane], a0);
+        var b0 = vec4<f32>(0.0);
+        var b1 = vec4<f32>(0.0);
+        for (var j = 0u; j < BKEY; j += 2u) {
+            let p0 = exp(ps[q * PS + j] - new_max);
+            let p1 = exp(ps[q * PS + j + 1u] - new_max);
+            sum0 += p0;
+            sum1 += p1;
+            a0 = fma(vec4<f32>(p0), vs[j * P4 + lane], a0);
+            b0 = fma(vec4<f32>(p1), vs[(j + 1u) * P4 + lane], b0);
             if (d > 32u) {
-                a1 = fma(vec4<f32>(pj), vs[j * P4 + lane + 8u], a1);
+                a1 = fma(vec4<f32>(p0), vs[j * P4 + lane + 8u], a1);
+                b1 = fma(vec4<f32>(p1), vs[(j + 1u) * P4 + lane + 8u], b1);
             }
         }
-        acc0 = a0;
-        acc1 = a1;
-        run_sum = run_sum * scale + sum;
+        acc0 = a0 + b0;
+        acc1 = a1 + b1;
+        run_sum = run_sum * scale + sum0 + sum1;
         run_max = new_max;
         // `ks`, `vs` and `ps` are overwritten by the next tile.
         workgroupBarrier();
