@@ -183,8 +183,15 @@ fn blocks_over_the_binding_limit_are_errors() {
 /// A host wait that cannot finish within the device's wait limit fails with an error naming
 /// the limit instead of blocking its caller: a 1 ms limit, and a read-back behind a chain of
 /// 1024^3 matmuls sized to keep this adapter busy for about 50 ms (one matmul timed on the
-/// shared device first). If the chain was done before the wait began (this thread held off
-/// the CPU meanwhile), the attempt decides nothing and is run again with twice the chain.
+/// shared device first), ending in one 4096^3 matmul (137 GFLOP: milliseconds on any GPU).
+/// The chain alone did not always decide (session 9, the H100, 1 of 3 parallel suites): the
+/// stream submits its command buffers as they fill (after 4, 8, 16, then every 32
+/// launches), so a host slower than the GPU (the parallel suite's other tests on its cores)
+/// can leave only the last few launches unfinished when the wait begins; the big matmul is
+/// the last launch, submitted at the earliest with the read-back, so the wait starts with
+/// milliseconds of work ahead whatever the host's pace. If the work was done before the wait
+/// began anyway (this thread held off the CPU meanwhile), the attempt decides nothing and
+/// is run again with twice the chain.
 ///
 /// Not on Mesa's software Vulkan (llvmpipe): there the chain was done before the wait began
 /// in every attempt of a CI run (64 matmuls behind the read-back, session 8), so no wait can
@@ -220,12 +227,18 @@ fn a_wait_past_the_limit_is_an_error_not_a_hang() {
     })
     .unwrap();
     let w = Tensor::from_vec(ints(n * n, 3), &[n, n], &dev).unwrap();
+    let big_n = 4096;
+    let big = Tensor::from_vec(ints(big_n * big_n, 5), &[big_n, big_n], &dev).unwrap();
     for _ in 0..4 {
         let mut x = Tensor::from_vec(ints(n * n, 1), &[n, n], &dev).unwrap();
         for _ in 0..reps {
             x = x.matmul(&w).unwrap().affine(1.0 / 64.0, 0.0).unwrap();
         }
-        match x.to_vec::<f32>() {
+        // In stream order before the read-back of `x`, which therefore waits for it too.
+        let last = big.matmul(&big).unwrap();
+        let read = x.to_vec::<f32>();
+        drop(last);
+        match read {
             Err(e) => {
                 assert!(
                     matches!(e, streampool::Error::Backend { .. })
