@@ -38,6 +38,8 @@ fn device(spec: &str) -> Res<Device> {
         "cpu" => Device::cpu(),
         #[cfg(feature = "cuda")]
         "cuda" => Device::cuda(0)?,
+        #[cfg(feature = "wgpu")]
+        "wgpu" => Device::wgpu()?,
         other => return Err(format!("unknown device {other}").into()),
     })
 }
@@ -75,9 +77,20 @@ fn main() -> Res<()> {
                 return Err(format!("tokenized to {} tokens, not {seq}", input.seq_len()).into());
             }
             if let Some(n) = arg(&args, "--loop-forward") {
-                for _ in 0..n.parse::<usize>()? {
+                let n: usize = n.parse()?;
+                // One forward first (pipeline builds, first allocations), left out of the
+                // profile (STREAMPOOL_WGPU_PROFILE=1) printed per forward below.
+                model.embed_input(&input)?.to_vec::<f32>()?;
+                #[cfg(feature = "wgpu")]
+                let _ = streampool::wgpu_profile();
+                let t0 = Instant::now();
+                for _ in 0..n {
                     model.embed_input(&input)?.to_vec::<f32>()?;
                 }
+                let wall = t0.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64;
+                println!("{batch:>5} {seq:>4} | {n} forwards, {wall:.3} ms each (wall, read-back included)");
+                #[cfg(feature = "wgpu")]
+                print_wgpu_profile(n);
                 continue;
             }
             let bert = model.model();
@@ -114,4 +127,44 @@ fn main() -> Res<()> {
         }
     }
     Ok(())
+}
+
+/// The wgpu profile of the last `n` forwards, per forward: the GPU's time in kernels and
+/// between passes, then each kernel and shape with its share, time and rate. Prints nothing
+/// unless `STREAMPOOL_WGPU_PROFILE=1` (or `host`) is set.
+#[cfg(feature = "wgpu")]
+fn print_wgpu_profile(n: usize) {
+    let p = streampool::wgpu_profile();
+    let n = n.max(1) as f64;
+    for a in &p.unsupported {
+        println!("  {a}: no TIMESTAMP_QUERY, no kernel times");
+    }
+    if p.stretches > 0 {
+        let idle = p.span_ns.saturating_sub(p.busy_ns);
+        println!(
+            "  GPU per forward: {:.3} ms spanned, {:.3} ms in kernels, {:.3} ms ({:.1}%) between passes",
+            p.span_ns as f64 / 1e6 / n,
+            p.busy_ns as f64 / 1e6 / n,
+            idle as f64 / 1e6 / n,
+            100.0 * idle as f64 / p.span_ns.max(1) as f64
+        );
+    }
+    for k in &p.kernels {
+        println!(
+            "  {:5.1}% {:>8.3} ms x{:>5.1} {:>13}  {}",
+            100.0 * k.total_ns as f64 / p.busy_ns.max(1) as f64,
+            k.total_ns as f64 / 1e6 / n,
+            k.calls as f64 / n,
+            k.rate(),
+            k.label
+        );
+    }
+    for k in &p.host {
+        println!(
+            "  host {:>9.1} us x{:>6.1}  {}",
+            k.total_ns as f64 / 1e3 / k.calls.max(1) as f64,
+            k.calls as f64 / n,
+            k.label
+        );
+    }
 }

@@ -47,6 +47,7 @@ mod graph;
 pub mod kernel;
 mod kernel_cache;
 pub mod phases;
+mod profile;
 mod storage;
 mod stream;
 mod stream_pool;
@@ -64,13 +65,15 @@ mod loom_tests;
 
 #[cfg(feature = "wgpu")]
 pub use self::wgpu::{
-    describe_adapters as wgpu_adapters, kernels::all_wgsl as wgpu_kernel_sources,
+    describe_adapters as wgpu_adapters,
+    kernels::all_wgsl as wgpu_kernel_sources,
+    profile::{wgpu_profile, WgpuProfile, WGPU_PROFILE_ENV},
     Quarantine as WgpuQuarantine, WgpuConfig, DEFAULT_WAIT_LIMIT as WGPU_DEFAULT_WAIT_LIMIT,
 };
 pub use allocator::AllocatorStats;
 pub use cpu::intra_op::{cpu_threads, set_cpu_threads, CPU_THREADS_ENV};
 pub use cpu::kernels::bf16::{cpu_bf16_path, Bf16Path, CPU_BF16_ENV};
-pub use cpu::profile::{cpu_kernel_profile, KernelTime, CPU_PROFILE_ENV};
+pub use cpu::profile::{cpu_kernel_profile, CPU_PROFILE_ENV};
 pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
 pub use disk_cache::{DiskCache, KernelCacheDir};
 pub use dtype::{DType, Element};
@@ -79,6 +82,7 @@ pub use event::Event;
 pub use graph::{GraphCache, GraphStats, DEFAULT_GRAPH_MEMORY};
 pub use kernel::{Activation, GateActivation, MatmulMath};
 pub use kernel_cache::KernelCache;
+pub use profile::KernelTime;
 pub use stream::Stream;
 pub use stream_pool::StreamGuard;
 pub use tensor::Tensor;

@@ -16,7 +16,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use streampool::{DType, Device, DeviceConfig, Tensor, WgpuConfig, WgpuQuarantine};
+use streampool::{
+    Activation, DType, Device, DeviceConfig, MatmulMath, Tensor, WgpuConfig, WgpuQuarantine,
+};
 
 #[path = "allocator.rs"]
 mod allocator;
@@ -181,8 +183,15 @@ fn blocks_over_the_binding_limit_are_errors() {
 /// A host wait that cannot finish within the device's wait limit fails with an error naming
 /// the limit instead of blocking its caller: a 1 ms limit, and a read-back behind a chain of
 /// 1024^3 matmuls sized to keep this adapter busy for about 50 ms (one matmul timed on the
-/// shared device first). If the chain was done before the wait began (this thread held off
-/// the CPU meanwhile), the attempt decides nothing and is run again with twice the chain.
+/// shared device first), ending in one 4096^3 matmul (137 GFLOP: milliseconds on any GPU).
+/// The chain alone did not always decide (session 9, the H100, 1 of 3 parallel suites): the
+/// stream submits its command buffers as they fill (after 4, 8, 16, then every 32
+/// launches), so a host slower than the GPU (the parallel suite's other tests on its cores)
+/// can leave only the last few launches unfinished when the wait begins; the big matmul is
+/// the last launch, submitted at the earliest with the read-back, so the wait starts with
+/// milliseconds of work ahead whatever the host's pace. If the work was done before the wait
+/// began anyway (this thread held off the CPU meanwhile), the attempt decides nothing and
+/// is run again with twice the chain.
 ///
 /// Not on Mesa's software Vulkan (llvmpipe): there the chain was done before the wait began
 /// in every attempt of a CI run (64 matmuls behind the read-back, session 8), so no wait can
@@ -218,12 +227,18 @@ fn a_wait_past_the_limit_is_an_error_not_a_hang() {
     })
     .unwrap();
     let w = Tensor::from_vec(ints(n * n, 3), &[n, n], &dev).unwrap();
+    let big_n = 4096;
+    let big = Tensor::from_vec(ints(big_n * big_n, 5), &[big_n, big_n], &dev).unwrap();
     for _ in 0..4 {
         let mut x = Tensor::from_vec(ints(n * n, 1), &[n, n], &dev).unwrap();
         for _ in 0..reps {
             x = x.matmul(&w).unwrap().affine(1.0 / 64.0, 0.0).unwrap();
         }
-        match x.to_vec::<f32>() {
+        // In stream order before the read-back of `x`, which therefore waits for it too.
+        let last = big.matmul(&big).unwrap();
+        let read = x.to_vec::<f32>();
+        drop(last);
+        match read {
             Err(e) => {
                 assert!(
                     matches!(e, streampool::Error::Backend { .. })
@@ -295,10 +310,14 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
         // K and N multiples of 4: the blocked tiles' vec4 variants (B along K and along N).
         (130, 68, 72),
         (66, 8, 68),
+        // One row, narrow outputs: the GEMV kernel's 128 and 256 lanes per column.
+        (1, 100, 9),
+        (1, 300, 70),
     ];
-    for tile in [16, 64, 128] {
+    // `None`: the automatic choice, which takes the GEMV kernel for one-row outputs.
+    for tile in [None, Some(16), Some(64), Some(128)] {
         let dev = Device::wgpu_with(WgpuConfig {
-            matmul_tile: Some(tile),
+            matmul_tile: tile,
             ..WgpuConfig::default()
         })
         .unwrap();
@@ -330,22 +349,23 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                         }
                     }
                 }
-                let check = |what: &str, got: &Tensor| {
+                let check_with = |what: &str, got: &Tensor, want: &[f64]| {
                     assert_eq!(got.dims(), &[batch, m, n], "{what}");
                     let g = got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
                     let err: f64 = g
                         .iter()
-                        .zip(&want)
+                        .zip(want)
                         .map(|(g, w)| (*g as f64 - w).powi(2))
                         .sum::<f64>()
                         .sqrt();
                     let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt().max(1e-30);
                     assert!(
                         err / norm <= tol,
-                        "tile {tile} {dt:?} {m}x{k}x{n} {what}: relative error {:.2e}",
+                        "tile {tile:?} {dt:?} {m}x{k}x{n} {what}: relative error {:.2e}",
                         err / norm
                     );
                 };
+                let check = |what: &str, got: &Tensor| check_with(what, got, &want);
                 let up = |v: &[f32], shape: &[usize]| {
                     Tensor::from_slice(v, shape, &dev)
                         .unwrap()
@@ -381,6 +401,44 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                     .reshape(&[batch, m, k])
                     .unwrap();
                 check("A at an offset", &a_off.matmul(&wt).unwrap());
+                // The bias and activation fused into the product's stores (the epilogue),
+                // through W^T and through W.
+                let bias_v = values(n);
+                let bv = exact(&bias_v);
+                let bias_t = up(&bias_v, &[n]);
+                for act in [
+                    Activation::Identity,
+                    Activation::Relu,
+                    Activation::Gelu,
+                    Activation::GeluTanh,
+                ] {
+                    let f = |x: f64| match act {
+                        Activation::Identity => x,
+                        Activation::Relu => x.max(0.0),
+                        Activation::Gelu => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
+                        Activation::GeluTanh => {
+                            let c = (2.0 / std::f64::consts::PI).sqrt();
+                            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+                        }
+                    };
+                    let want_act: Vec<f64> = want
+                        .iter()
+                        .enumerate()
+                        .map(|(e, w)| f(w + bv[e % n]))
+                        .collect();
+                    let math = MatmulMath::Exact;
+                    check_with(
+                        &format!("A W^T + bias, {act:?}"),
+                        &at.matmul_bias_act(&wt, &bias_t, act, math).unwrap(),
+                        &want_act,
+                    );
+                    check_with(
+                        &format!("A W + bias, {act:?}"),
+                        &at.matmul_bias_act(&wt.contiguous().unwrap(), &bias_t, act, math)
+                            .unwrap(),
+                        &want_act,
+                    );
+                }
             }
         }
     }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use crate::kernel::Kernel;
+use crate::profile::{label, work, KernelTime};
 use parking_lot::Mutex;
 
 /// Environment variable that turns the profile on (`1`).
@@ -18,7 +19,10 @@ static STATE: AtomicU8 = AtomicU8::new(0);
 /// Totals per kernel label. Locked once per kernel, only while profiling, never while a
 /// kernel runs. `parking_lot` directly (not the `sync` shim): a `const` static, and not part
 /// of what the loom models check.
-static TOTALS: Mutex<Option<HashMap<String, (u64, u128)>>> = Mutex::new(None);
+static TOTALS: Mutex<Option<HashMap<String, Totals>>> = Mutex::new(None);
+
+/// Calls, nanoseconds, flops, bytes.
+type Totals = (u64, u128, u64, u64);
 
 fn enabled() -> bool {
     match STATE.load(Ordering::Relaxed) {
@@ -40,24 +44,16 @@ pub(crate) fn timed(k: &Kernel, f: impl FnOnce()) {
     let start = Instant::now();
     f();
     let ns = start.elapsed().as_nanos();
+    let (flops, bytes) = work(k);
     let mut totals = TOTALS.lock();
     let e = totals
         .get_or_insert_with(HashMap::new)
         .entry(label(k))
-        .or_insert((0, 0));
+        .or_insert((0, 0, 0, 0));
     e.0 += 1;
     e.1 += ns;
-}
-
-/// One line of [`cpu_kernel_profile`]: a kernel and shape, how often it ran, for how long.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelTime {
-    /// The kernel and its shape, e.g. `matmul f32 2048x1152x384 +bias`.
-    pub label: String,
-    /// Times it ran.
-    pub calls: u64,
-    /// Total wall time on its stream's worker (the pool's threads included), nanoseconds.
-    pub total_ns: u128,
+    e.2 += flops;
+    e.3 += bytes;
 }
 
 /// The CPU kernel profile so far, longest total first, and resets it. Empty unless
@@ -73,85 +69,14 @@ pub fn cpu_kernel_profile() -> Vec<KernelTime> {
         .take()
         .unwrap_or_default()
         .into_iter()
-        .map(|(label, (calls, total_ns))| KernelTime {
+        .map(|(label, (calls, total_ns, flops, bytes))| KernelTime {
             label,
             calls,
             total_ns,
+            flops,
+            bytes,
         })
         .collect();
     v.sort_by_key(|k| std::cmp::Reverse(k.total_ns));
     v
-}
-
-fn label(k: &Kernel) -> String {
-    let dt =
-        |d: Option<crate::DType>| d.map_or(String::new(), |d| format!(" {d:?}").to_lowercase());
-    let d = dt(k.float_dtype());
-    match k {
-        Kernel::Matmul {
-            batch,
-            m,
-            n,
-            k,
-            bias,
-            ..
-        } => format!(
-            "matmul{d} {}{m}x{n}x{k}{}",
-            if *batch > 1 {
-                format!("{batch}x ")
-            } else {
-                String::new()
-            },
-            if bias.is_some() { " +bias" } else { "" }
-        ),
-        Kernel::Attention {
-            batch,
-            seq,
-            heads,
-            head_dim,
-            mask,
-            ..
-        } => format!(
-            "attention{d} b{batch} s{seq} h{heads} d{head_dim}{}",
-            if mask.is_some() { " masked" } else { "" }
-        ),
-        Kernel::LayerNorm {
-            rows,
-            cols,
-            residual,
-            ..
-        } => format!(
-            "layer_norm{d} {rows}x{cols}{}",
-            if residual.is_some() { " +residual" } else { "" }
-        ),
-        Kernel::BiasAct {
-            rows, cols, act, ..
-        } => format!("bias_act{d} {act:?} {rows}x{cols}"),
-        Kernel::Softmax { rows, cols, .. } => format!("softmax{d} {rows}x{cols}"),
-        Kernel::Unary { op, len, .. } => format!("unary{d} {op:?} {len}"),
-        Kernel::Binary { op, shape, .. } => format!("binary{d} {op:?} {shape:?}"),
-        Kernel::Copy { shape, .. } => format!("copy {shape:?}"),
-        Kernel::Cast { len, from, to, .. } => format!("cast {from:?}->{to:?} {len}"),
-        Kernel::Fill { len, .. } => format!("fill{d} {len}"),
-        Kernel::IndexSelect { n_ids, row_len, .. } => {
-            format!("index_select{d} {n_ids}x{row_len}")
-        }
-        Kernel::Reduce {
-            op,
-            outer,
-            axis,
-            inner,
-            ..
-        } => format!("reduce{d} {op:?} {outer}x{axis}x{inner}"),
-        Kernel::MeanPoolNorm {
-            batch, seq, dim, ..
-        } => format!("mean_pool_norm{d} b{batch} s{seq} d{dim}"),
-        Kernel::Sleep { .. } => "sleep".into(),
-        // Kernels without a shape summary of their own: the variant's name.
-        other => {
-            let debug = format!("{other:?}");
-            let name = debug.split([' ', '{']).next().unwrap_or("kernel");
-            format!("{}{d}", name.to_lowercase())
-        }
-    }
 }

@@ -263,10 +263,10 @@ impl Spec {
                 for h in 0..gn {
                     l!("{{ let c = col0 + {}u + tx * 4u;", h * 64);
                     if aligned {
-                        l!("if (c < n) {{ out[(obase + r * n + c) / 4u] = vec4<T>(c{i}_{h}); }}");
+                        l!("if (c < n) {{ out[(obase + r * n + c) / 4u] = vec4<T>(epi4(c{i}_{h}, c)); }}");
                     } else {
                         for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                            l!("if (c + {j}u < n) {{ out[obase + r * n + c + {j}u] = T(c{i}_{h}.{comp}); }}");
+                            l!("if (c + {j}u < n) {{ out[obase + r * n + c + {j}u] = T(epi(c{i}_{h}.{comp}, c + {j}u)); }}");
                         }
                     }
                     l!("}}");

@@ -35,6 +35,8 @@ const PRELUDE: &str = include_str!("shaders/prelude.wgsl");
 /// The cooperative-matrix matmul's body (after `PRELUDE`).
 pub(crate) const MATMUL_COOP: &str = include_str!("shaders/matmul_coop.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
+/// The bias and activation epilogue of the FMA matmul kernels.
+const EPILOGUE: &str = include_str!("shaders/epilogue.wgsl");
 
 /// One compiled kernel.
 pub(crate) struct Pipeline {
@@ -56,6 +58,8 @@ pub(crate) enum Which {
     Reduce,
     /// The 16x16 tile, one output per invocation: small outputs.
     Matmul,
+    /// One output row (batch-1 layers): K split over 32 to 256 lanes per column.
+    Gemv,
     /// The register-blocked kernels, generated per [`blocked::Spec`] (in [`Key::spec`]).
     Blocked,
     /// f16 matmul on cooperative matrices (`shaders/matmul_coop.wgsl`), opt-in.
@@ -73,7 +77,7 @@ pub(crate) enum Which {
 }
 
 impl Which {
-    const COUNT: usize = 17;
+    const COUNT: usize = 18;
 
     /// Label, WGSL body, and whether it uses the row reductions of `rows.wgsl`.
     fn source(self) -> (&'static str, &'static str, bool) {
@@ -93,6 +97,7 @@ impl Which {
             ),
             Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
             Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
+            Which::Gemv => ("gemv", include_str!("shaders/gemv.wgsl"), false),
             Which::MatmulCoop => ("matmul_coop", MATMUL_COOP, false),
             // Generated: `Key::build` asks `blocked::Spec::source`.
             Which::Blocked => ("matmul_blocked", "", false),
@@ -147,7 +152,11 @@ impl Key {
         };
         let consts = self.which.constants();
         let rows = if rows { ROWS } else { "" };
-        let source = format!("{header}{consts}{PRELUDE}\n{rows}\n{body}");
+        let epilogue = match self.which {
+            Which::Matmul | Which::Gemv | Which::Blocked => EPILOGUE,
+            _ => "",
+        };
+        let source = format!("{header}{consts}{PRELUDE}\n{rows}\n{epilogue}\n{body}");
         let label = if self.half {
             format!("{label} f16")
         } else {
@@ -219,6 +228,7 @@ pub fn all_wgsl() -> Vec<(String, String)> {
         Which::IndexSelect,
         Which::Reduce,
         Which::Matmul,
+        Which::Gemv,
         Which::Blocked,
         Which::MatmulCoop,
         Which::Attention,
@@ -309,12 +319,39 @@ impl Pipelines {
 /// A prepared launch: pipelines, bound resources and workgroup counts, ready to record.
 pub(crate) struct Launch {
     dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
+    /// The matmul kernel taken, for the profile's label.
+    matmul: Option<(MatmulPath, Option<blocked::Spec>)>,
 }
 
 impl Launch {
-    /// Records the launch as one compute pass.
-    pub(crate) fn record(&self, enc: &mut wgpu::CommandEncoder) {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+    /// The matmul kernel this launch takes, in words (`None` for other kernels).
+    pub(crate) fn note(&self) -> Option<String> {
+        self.matmul.map(|(path, spec)| match (path, spec) {
+            (_, Some(s)) => s.label(),
+            (MatmulPath::Coop, _) => "matmul coop 64x64".into(),
+            (MatmulPath::Gemv, _) => "gemv".into(),
+            _ => "matmul 16x16".into(),
+        })
+    }
+
+    /// Records the launch as one compute pass; `timestamps`: the query set and first of the
+    /// two indices its start and end timestamps go to (the profile).
+    pub(crate) fn record(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        timestamps: Option<(wgpu::QuerySet, u32)>,
+    ) {
+        let writes = timestamps
+            .as_ref()
+            .map(|(set, i)| wgpu::ComputePassTimestampWrites {
+                query_set: set,
+                beginning_of_pass_write_index: Some(*i),
+                end_of_pass_write_index: Some(*i + 1),
+            });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: writes,
+        });
         for (pipeline, group, [x, y, z]) in &self.dispatches {
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, group, &[]);
@@ -327,6 +364,7 @@ impl Launch {
 struct Binder<'a> {
     shared: &'a Shared,
     dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
+    matmul: Option<(MatmulPath, Option<blocked::Spec>)>,
 }
 
 /// A count or index as a kernel word, or an error when it does not fit.
@@ -352,6 +390,7 @@ impl<'a> Binder<'a> {
         Self {
             shared,
             dispatches: Vec::new(),
+            matmul: None,
         }
     }
 
@@ -428,6 +467,7 @@ impl<'a> Binder<'a> {
     fn finish(self) -> Option<Launch> {
         Some(Launch {
             dispatches: self.dispatches,
+            matmul: self.matmul,
         })
     }
 }
@@ -449,6 +489,16 @@ fn unary_code(op: UnaryOp) -> (u32, f32, f32) {
         UnaryOp::Neg => (6, 0.0, 0.0),
         UnaryOp::Recip => (7, 0.0, 0.0),
         UnaryOp::Affine { mul, add } => (8, mul, add),
+    }
+}
+
+/// The activation's code in `bias_act.wgsl` and `epilogue.wgsl`.
+fn act_code(act: Activation) -> u32 {
+    match act {
+        Activation::Identity => 0,
+        Activation::Relu => 1,
+        Activation::Gelu => 2,
+        Activation::GeluTanh => 3,
     }
 }
 
@@ -489,6 +539,8 @@ fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> 
 pub(crate) enum MatmulPath {
     /// The 16x16 tile, one output per invocation: thin or small outputs.
     Simple,
+    /// A single output row ([`Which::Gemv`]): batch-1 layers.
+    Gemv,
     /// A register-blocked `bm x bn` tile with `bk`-deep slices ([`blocked`]).
     Blocked { bm: u32, bn: u32, bk: u32 },
     /// 64x64 blocks on cooperative matrices (f16 only, where enabled).
@@ -531,8 +583,9 @@ pub(crate) const DEFAULT_GROUPS: usize = 256;
 /// Slice depth of the automatic blocked tiles.
 const DEFAULT_BK: u32 = 16;
 
-/// The matmul kernel for an output of `batch` x `m` x `n`: the 16x16 tile for thin outputs
-/// (fewer than 64 rows or columns: batch-1 layers, attention's per-head products), else the
+/// The matmul kernel for an output of `batch` x `m` x `n`: one row (batch-1 layers) by the
+/// GEMV kernel, the 16x16 tile for other thin outputs (fewer than 64 rows or columns:
+/// attention's per-head products), else the
 /// largest blocked tile (128x128, 128x64, 64x64) that still gives `groups` workgroups.
 pub(crate) fn matmul_kernel(
     c: &MatmulChoice,
@@ -555,6 +608,9 @@ pub(crate) fn matmul_kernel(
         }
         _ => {}
     }
+    if m == 1 {
+        return MatmulPath::Gemv;
+    }
     if m < 64 || n < 64 {
         return MatmulPath::Simple;
     }
@@ -572,6 +628,22 @@ pub(crate) fn matmul_kernel(
         bk: DEFAULT_BK,
     }
 }
+
+/// Invocations per output column of the GEMV kernel (32 to 256, a power of two): the
+/// fewest that still give [`GEMV_GROUPS`] workgroups (256 / lanes columns each), and no more
+/// than `k` needs.
+pub(crate) fn gemv_lanes(batch: usize, n: usize, k: usize) -> usize {
+    let mut lanes = 32;
+    while lanes < 256 && lanes < k && batch * n.div_ceil(256 / lanes) < GEMV_GROUPS {
+        lanes *= 2;
+    }
+    lanes
+}
+
+/// Workgroups a GEMV launch should give where the output allows: about one per
+/// multiprocessor of a large GPU (the H100 has 132), so that narrow batch-1 layers read
+/// their weight with the whole GPU.
+const GEMV_GROUPS: usize = 128;
 
 /// The variant's name, for error messages.
 fn kernel_name(kernel: &Kernel) -> &'static str {
@@ -763,19 +835,30 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             act,
             ..
         } => {
-            if bias.is_some() || *act != Activation::Identity {
-                return Err(Error::InvalidArgument(
-                    "wgpu matmul with a fused bias (the backend does not fuse it: Tensor::matmul_bias adds it separately)".into(),
-                ));
-            }
             if batch * m * n == 0 {
                 return Ok(None);
             }
             let (ab, ao) = b.at(a.ptr, t)?;
             let (bb, bo) = b.at(rhs.ptr, t)?;
             let (ob, oo) = b.at(*out, t)?;
-            let (pipeline, [bm, bn]) = match matmul_kernel(&shared.matmul, half, *batch, *m, *n) {
+            // The epilogue's bias (without one, `a` is bound in its place and not read).
+            let (biasb, biaso) = match bias {
+                Some(p) => b.at(*p, t)?,
+                None => (ab.clone(), 0),
+            };
+            let path = matmul_kernel(&shared.matmul, half, *batch, *m, *n);
+            if path == MatmulPath::Coop && (bias.is_some() || *act != Activation::Identity) {
+                // `fuses_matmul_bias` is false with cooperative matrices: never sent.
+                return Err(Error::InvalidArgument(
+                    "wgpu cooperative-matrix matmul with a fused bias or activation".into(),
+                ));
+            }
+            b.matmul = Some((path, None));
+            let gemv_lanes = gemv_lanes(*batch, *n, *kk);
+            let (pipeline, [bm, bn]) = match path {
                 MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
+                // One row; 256 / lanes columns per workgroup.
+                MatmulPath::Gemv => (k.get(shared, Which::Gemv, half)?, [1, 256 / gemv_lanes]),
                 MatmulPath::Coop => (k.get(shared, Which::MatmulCoop, half)?, [64, 64]),
                 MatmulPath::Blocked { bm, bn, bk } => {
                     // The vec4 variants need every offset, stride and extent they step by
@@ -793,6 +876,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                         blocked::Layout::Generic
                     };
                     let spec = blocked::Spec { bm, bn, bk, layout };
+                    b.matmul = Some((path, Some(spec)));
                     (k.blocked(shared, spec, half)?, [bm as usize, bn as usize])
                 }
             };
@@ -822,13 +906,17 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                     word(rhs.rs, "stride")?,
                     word(rhs.cs, "stride")?,
                     oo,
+                    biaso,
+                    act_code(*act),
+                    bias.is_some() as u32,
+                    gemv_lanes as u32,
                 ];
-                b.dispatch(
-                    &pipeline,
-                    &params,
-                    &[&ab, &bb, &ob],
-                    [tiles[0], tiles[1], count],
-                )?;
+                let buffers: &[&wgpu::Buffer] = if path == MatmulPath::Coop {
+                    &[&ab, &bb, &ob]
+                } else {
+                    &[&ab, &bb, &ob, &biasb]
+                };
+                b.dispatch(&pipeline, &params, buffers, [tiles[0], tiles[1], count])?;
             }
         }
         Kernel::Softmax {
@@ -903,13 +991,14 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             let (xb, xo) = b.at(*x, t)?;
             let (bb, bo) = b.at(*bias, t)?;
             let (ob, oo) = b.at(*out, t)?;
-            let code = match act {
-                Activation::Identity => 0,
-                Activation::Relu => 1,
-                Activation::Gelu => 2,
-                Activation::GeluTanh => 3,
-            };
-            let params = [xo, bo, oo, word(n, "length")?, word(*cols, "cols")?, code];
+            let params = [
+                xo,
+                bo,
+                oo,
+                word(n, "length")?,
+                word(*cols, "cols")?,
+                act_code(*act),
+            ];
             b.dispatch(
                 &k.get(shared, Which::BiasAct, half)?,
                 &params,

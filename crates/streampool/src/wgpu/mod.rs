@@ -23,6 +23,7 @@ mod blocked;
 pub(crate) mod kernels;
 pub(crate) mod memory;
 mod opened;
+pub(crate) mod profile;
 pub(crate) mod stream;
 
 use std::any::Any;
@@ -71,7 +72,8 @@ pub struct WgpuConfig {
     /// The matmul kernel: `Some(16)` the 16x16 tile with one output per invocation,
     /// `Some(64)` or `Some(128)` the register-blocked 64x64 (4x4 outputs per invocation) or
     /// 128x128 (8x8) tiles; `None` (unless the variable `STREAMPOOL_WGPU_MATMUL_TILE` names
-    /// one): by shape, the 16x16 tile for outputs under 64 rows or columns, else the largest
+    /// one): by shape, the GEMV kernel for one-row outputs, the 16x16 tile for other outputs
+    /// under 64 rows or columns, else the largest
     /// blocked tile (128x128, 128x64, 64x64) that still fills the GPU. For tests and tuning;
     /// the variables `STREAMPOOL_WGPU_MATMUL_BLOCK=BMxBNxBK` (e.g. `128x64x16`) and
     /// `STREAMPOOL_WGPU_MATMUL_GROUPS` (workgroups a tile must give, default 256) tune the
@@ -142,6 +144,12 @@ pub(crate) struct Shared {
     /// Whether launch parameters go into buffers mapped at creation (`UNIFORM | MAP_WRITE`,
     /// with `MAPPABLE_PRIMARY_BUFFERS`) rather than through a staging copy.
     pub(crate) mapped_params: bool,
+    /// Whether the first command buffers after a host wait are submitted after fewer launches
+    /// (4, 8, 16, then 32; `stream::SUBMIT_FIRST`); `STREAMPOOL_WGPU_SUBMIT_RAMP=0`: every 32.
+    pub(crate) submit_ramp: bool,
+    /// `Some(nanoseconds per tick)` when every launch writes GPU timestamps for the profile
+    /// (`STREAMPOOL_WGPU_PROFILE=1`, adapter with `TIMESTAMP_QUERY`).
+    pub(crate) timestamp_period: Option<f32>,
     /// Whether the quarantine lock (the wgpu device's, `opened::Gpu::quarantine`) is taken:
     /// held around encoding, finishing and submission only.
     pub(crate) quarantine: bool,
@@ -341,6 +349,15 @@ impl WgpuDevice {
         if mapped_params {
             required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
+        // GPU timestamps of every launch for the opt-in profile (`profile`), where the
+        // adapter has them; an adapter without says so in the profile instead.
+        let timestamps = profile::mode() == profile::Mode::Gpu
+            && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        if timestamps {
+            required_features |= wgpu::Features::TIMESTAMP_QUERY;
+        } else if profile::mode() == profile::Mode::Gpu {
+            profile::unsupported(&info.name);
+        }
         let gpu = opened::open(adapter, required_features, coop)?;
         let name = format!("wgpu:{index} ({}, {:?})", info.name, info.backend);
         let wait_limit = match config.wait_limit {
@@ -445,6 +462,8 @@ impl WgpuDevice {
                     coop_matrix,
                     keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
                     mapped_params,
+                    submit_ramp: var("STREAMPOOL_WGPU_SUBMIT_RAMP").as_deref() != Some("0"),
+                    timestamp_period: timestamps.then(|| gpu.queue.get_timestamp_period()),
                     gpu,
                 }),
             },
@@ -529,6 +548,9 @@ impl Device {
                     };
                     let path = match kernels::matmul_kernel(&shared.matmul, half, batch, m, n) {
                         kernels::MatmulPath::Simple => "16x16 tile, 1 output per invocation".into(),
+                        kernels::MatmulPath::Gemv => {
+                            "gemv, 8 columns per workgroup, K over 32 lanes".into()
+                        }
                         kernels::MatmulPath::Coop => {
                             "cooperative matrices, 64x64 blocks of 16x16x16 f16 products".into()
                         }

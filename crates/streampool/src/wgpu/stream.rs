@@ -28,15 +28,36 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::kernels::{self, Pipelines};
+use super::profile::{self, StreamTimer};
 use super::SharedRef;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
-use crate::kernel::Kernel;
+use crate::kernel::{Activation, Kernel};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use crate::{Error, Result};
 
 /// Launches recorded into one encoder before it is finished and submitted on its own, so
 /// the GPU starts on long chains without waiting for a synchronize.
 const SUBMIT_EVERY: usize = 32;
+
+/// With the ramp (`Shared::submit_ramp`), the first command buffer after a host wait is
+/// submitted after this many launches, and each next one after twice as many, up to
+/// [`SUBMIT_EVERY`]: the GPU starts after a few launches instead of idling while the host
+/// records 32 (about 0.7 ms of a 3.5 ms MiniLM forward at batch 64 x 32 tokens on the H100,
+/// `bench/results/wgpu-2026-11-25-s9/`). The price: a call of 5 to 7 commands before its
+/// read-back makes two submissions instead of one (finishing and submitting a command buffer
+/// costs ~25-40 us of host time there, partly hidden behind the first one's GPU work); a
+/// call of up to 4 (the MLP bench's upload, two launches and read-back copy) still makes one.
+const SUBMIT_FIRST: usize = 4;
+
+/// Launches the encoder takes before it is submitted, `finished` command buffers after the
+/// stream's last host wait.
+fn submit_after(ramp: bool, finished: u32) -> usize {
+    if ramp {
+        (SUBMIT_FIRST << finished.min(8)).min(SUBMIT_EVERY)
+    } else {
+        SUBMIT_EVERY
+    }
+}
 
 /// One submission to the queue.
 pub(crate) struct Submitted {
@@ -78,6 +99,10 @@ struct State {
     last: Option<Arc<Submitted>>,
     /// Barriers ever added (their ids).
     barrier_ids: u64,
+    /// GPU timestamps of this stream's launches (the profile, `STREAMPOOL_WGPU_PROFILE=1`).
+    timer: Option<StreamTimer>,
+    /// Command buffers finished since this stream's last host wait (the submission ramp).
+    since_wait: u32,
 }
 
 impl State {
@@ -140,9 +165,13 @@ impl Drop for WgpuStream {
 
 impl WgpuStream {
     pub(crate) fn new(shared: SharedRef) -> Self {
+        let timed = shared.timestamp_period.is_some();
         let core = Arc::new(Core {
             shared,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                timer: timed.then(|| StreamTimer::new(SUBMIT_EVERY)),
+                ..State::default()
+            }),
             fault: Mutex::new(None),
             readback: Mutex::new(Vec::new()),
         });
@@ -171,13 +200,20 @@ impl WgpuStream {
 impl Core {
     /// Records into this stream's encoder, under the quarantine lock when it is on; `record`
     /// runs inside a validation scope, so a bad command fails this call alone.
-    fn encode(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
+    /// `timed`: the pass `record` records, when the profile times passes; `record` gets its
+    /// timestamp slots (none when the profile is off).
+    fn encode(
+        &self,
+        timed: Option<profile::Timed>,
+        record: impl FnOnce(&mut wgpu::CommandEncoder, Option<(wgpu::QuerySet, u32)>),
+    ) -> Result<()> {
         let shared = &self.shared;
         let scope = shared
             .device
             .push_error_scope(wgpu::ErrorFilter::Validation);
         let submit_now = {
-            let mut st = self.state.lock();
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
             // Quarantine: see `WgpuConfig::quarantine`; taken inside the state lock (one order).
             let _q = shared.quarantined();
             let enc = st.encoder.get_or_insert_with(|| {
@@ -185,9 +221,13 @@ impl Core {
                     .device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor::default())
             });
-            record(enc);
+            let slots = match (timed, st.timer.as_mut()) {
+                (Some(t), Some(timer)) => timer.next_pass(&shared.device, t),
+                _ => None,
+            };
+            record(enc, slots);
             st.encoded += 1;
-            st.encoded >= SUBMIT_EVERY
+            st.encoded >= submit_after(shared.submit_ramp, st.since_wait)
         };
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(shared.backend_err(format!("encoding: {e}")));
@@ -200,8 +240,12 @@ impl Core {
 
     /// Finishes the current encoder into the held list (state lock held by the caller).
     fn finish_encoder(&self, st: &mut State) {
-        if let Some(enc) = st.encoder.take() {
+        if let Some(mut enc) = st.encoder.take() {
+            if let Some(timer) = st.timer.as_mut() {
+                timer.finish(&mut enc, st.finished);
+            }
             let shared = &self.shared;
+            let t = profile::now();
             let scope = shared
                 .device
                 .push_error_scope(wgpu::ErrorFilter::Validation);
@@ -209,11 +253,13 @@ impl Core {
                 let _q = shared.quarantined();
                 enc.finish()
             };
+            profile::host_phase("  (in submit) finish the command buffer", t);
             if let Some(e) = pollster::block_on(scope.pop()) {
                 self.fault.lock().get_or_insert(format!("encoding: {e}"));
             }
             st.held.push_back(buffer);
             st.finished += 1;
+            st.since_wait = st.since_wait.saturating_add(1);
             st.encoded = 0;
         }
     }
@@ -281,13 +327,17 @@ impl Core {
             .push_error_scope(wgpu::ErrorFilter::Validation);
         let (index, done) = {
             let _q = shared.quarantined();
+            let t = profile::now();
             let index = shared.queue.submit(buffers);
+            profile::host_phase("  (in submit) Queue::submit", t);
+            let t = profile::now();
             let done = Arc::new(AtomicBool::new(false));
             let flag = done.clone();
             // Fires once the newest submission (this one or a later one) completes.
             shared
                 .queue
                 .on_submitted_work_done(move || flag.store(true, Ordering::Release));
+            profile::host_phase("  (in submit) on_submitted_work_done", t);
             (index, done)
         };
         st.submitted += n;
@@ -350,7 +400,41 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Reads the profile's timestamps of this stream's command buffers numbered below
+    /// `submitted`, which the caller has waited for (nothing when the profile is off).
+    fn read_profile(&self, submitted: u64) -> Result<()> {
+        let reads = match self.state.lock().timer.as_mut() {
+            Some(timer) => timer.take_done(submitted),
+            None => return Ok(()),
+        };
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        // Only a device opened with timestamps has a timer.
+        let period = shared.timestamp_period.unwrap_or(1.0);
+        let reads = profile::read(&shared.device, period, shared.wait_limit, reads)
+            .map_err(|msg| shared.backend_err(msg))?;
+        if let Some(timer) = self.state.lock().timer.as_mut() {
+            timer.give_back(reads);
+        }
+        Ok(())
+    }
+}
+
 impl BackendStream for WgpuStream {
+    fn fuses_matmul_bias(&self) -> bool {
+        // The FMA kernels add the bias in their epilogue (`shaders/epilogue.wgsl`); the
+        // cooperative-matrix kernel has none, so with it the bias stays a pass of its own.
+        !self.core().shared.matmul.coop
+    }
+
+    fn fuses_matmul_act(&self, _act: Activation) -> bool {
+        // Every activation of `bias_act.wgsl` is in the epilogue too.
+        true
+    }
+
     fn record(&self, timing: bool) -> Result<Arc<dyn BackendEvent>> {
         let seq = {
             let mut st = self.core().state.lock();
@@ -398,11 +482,20 @@ impl BackendStream for WgpuStream {
     }
 
     fn synchronize(&self) -> Result<()> {
+        let t = profile::now();
         self.core().pump(u64::MAX, true)?;
-        let last = self.core().state.lock().last.clone();
+        profile::host_phase("synchronize: submit", t);
+        let t = profile::now();
+        let (last, submitted) = {
+            let st = self.core().state.lock();
+            (st.last.clone(), st.submitted)
+        };
         if let Some(sub) = last {
             self.core().wait_for(&sub)?;
         }
+        self.core().state.lock().since_wait = 0;
+        profile::host_phase("synchronize: wait for the GPU", t);
+        self.core().read_profile(submitted)?;
         self.take_fault()
     }
 
@@ -425,12 +518,21 @@ impl BackendStream for WgpuStream {
             return Ok(());
         }
         let shared = &self.core().shared;
+        let t = profile::now();
         // Bind groups and parameter buffers are made outside the stream's lock: threads on
         // different streams prepare their launches in parallel.
         let Some(launch) = kernels::prepare(self.pipelines(), shared, &kernel)? else {
             return Ok(()); // nothing to compute (an empty tensor)
         };
-        self.core().encode(|enc| launch.record(enc))
+        profile::host_phase("launch: prepare (bind group, parameters)", t);
+        let t = profile::now();
+        let timed = shared
+            .timestamp_period
+            .map(|_| profile::Timed::of(&kernel, launch.note()));
+        self.core()
+            .encode(timed, |enc, slots| launch.record(enc, slots))?;
+        profile::host_phase("launch: record (and submit every 32nd)", t);
+        Ok(())
     }
 
     unsafe fn copy_from_host(&self, src: Vec<u8>, dst: DevicePtr) -> Result<()> {
@@ -438,6 +540,7 @@ impl BackendStream for WgpuStream {
             return Ok(());
         }
         let shared = &self.core().shared;
+        let t = profile::now();
         let (buffer, offset) = shared.memory.resolve(dst)?;
         let size = (src.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
         if offset % wgpu::COPY_BUFFER_ALIGNMENT != 0 || offset + size > buffer.size() {
@@ -465,8 +568,11 @@ impl BackendStream for WgpuStream {
             view.slice(..src.len()).copy_from_slice(&src);
         }
         staging.unmap();
-        self.core()
-            .encode(|enc| enc.copy_buffer_to_buffer(&staging, 0, &buffer, offset, size))
+        self.core().encode(None, |enc, _| {
+            enc.copy_buffer_to_buffer(&staging, 0, &buffer, offset, size)
+        })?;
+        profile::host_phase("upload: staging buffer and copy", t);
+        Ok(())
     }
 
     unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
@@ -474,6 +580,7 @@ impl BackendStream for WgpuStream {
             return Ok(());
         }
         let shared = &self.core().shared;
+        let t = profile::now();
         let (buffer, offset) = shared.memory.resolve(src)?;
         // Copies move whole 4-byte words: widen the range to them (the buffer's size is a
         // multiple of 4, so the widened range stays inside it).
@@ -507,10 +614,18 @@ impl BackendStream for WgpuStream {
                 mapped_at_creation: false,
             })
         });
-        self.core()
-            .encode(|enc| enc.copy_buffer_to_buffer(&buffer, start, &staging, 0, end - start))?;
+        self.core().encode(None, |enc, _| {
+            enc.copy_buffer_to_buffer(&buffer, start, &staging, 0, end - start)
+        })?;
+        profile::host_phase("read-back: staging buffer and copy", t);
+        let t = profile::now();
         self.core().pump(u64::MAX, true)?;
-        let sub = self.core().state.lock().last.clone();
+        let (sub, submitted) = {
+            let st = self.core().state.lock();
+            (st.last.clone(), st.submitted)
+        };
+        profile::host_phase("read-back: submit", t);
+        let t = profile::now();
         let (tx, rx) = crossbeam_channel::bounded(1);
         staging.map_async(wgpu::MapMode::Read, ..size, move |r| {
             let _ = tx.send(r);
@@ -522,6 +637,9 @@ impl BackendStream for WgpuStream {
             Some(sub) => self.core().wait_for(&sub)?,
             None => self.core().wait_index(None)?,
         }
+        self.core().state.lock().since_wait = 0;
+        profile::host_phase("read-back: wait for the GPU", t);
+        let t = profile::now();
         // The copy is done: a non-blocking poll fires the callback, unless another thread's
         // poll took it first, which then fires it (a poll always runs the callbacks it takes).
         shared
@@ -536,6 +654,8 @@ impl BackendStream for WgpuStream {
             ))
         })?;
         mapped.map_err(|e| shared.backend_err(format!("mapping a read-back buffer: {e}")))?;
+        profile::host_phase("read-back: map", t);
+        let t = profile::now();
         {
             let view = staging
                 .get_mapped_range(..size)
@@ -550,6 +670,8 @@ impl BackendStream for WgpuStream {
                 pool.push(staging);
             }
         }
+        profile::host_phase("read-back: copy out and unmap", t);
+        self.core().read_profile(submitted)?;
         self.take_fault()
     }
 }

@@ -23,6 +23,7 @@
 
 mod measure;
 mod plot;
+mod profiles;
 mod report;
 mod scenarios;
 mod workloads;
@@ -366,21 +367,9 @@ pub fn run(args: Args) -> Result<()> {
                 for r in &new {
                     bar.suspend(|| eprintln!("  {}", one_line(r)));
                 }
-                // STREAMPOOL_CPU_PROFILE=1: where this point's time went, per CPU kernel
-                // (warm-up included), longest first.
-                let profile = streampool::cpu_kernel_profile();
-                let total: u128 = profile.iter().map(|k| k.total_ns).sum();
-                for k in profile.iter().take(14) {
-                    bar.suspend(|| {
-                        eprintln!(
-                            "      {:5.1}% {:>9.3} ms {:>7} x  {}",
-                            100.0 * k.total_ns as f64 / total.max(1) as f64,
-                            k.total_ns as f64 / 1e6,
-                            k.calls,
-                            k.label
-                        )
-                    });
-                }
+                // STREAMPOOL_CPU_PROFILE=1 / STREAMPOOL_WGPU_PROFILE=1: where this point's
+                // time went, per kernel (warm-up included), longest first.
+                profiles::print(&bar);
                 report.results.extend(new);
             }
             Err(e) => {

@@ -1,5 +1,6 @@
 // p: [m, n, k, first batch, a offset, a batch stride, a row stride, a col stride,
-//     b offset, b batch stride, b row stride, b col stride, out offset]
+//     b offset, b batch stride, b row stride, b col stride, out offset, and the epilogue's
+//     bias offset, activation, has bias (`epilogue.wgsl`)]
 // out[b] = a[b] @ b[b], 16x16 output tiles per workgroup; the K dimension is walked in
 // 16-wide tiles staged in workgroup memory. Each tile's products are summed apart and then
 // added to the accumulator, which keeps long K sums accurate.
@@ -44,6 +45,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
     }
     if (row < m && col < n) {
-        out[prm(12u) + bi * m * n + row * n + col] = T(acc);
+        out[prm(12u) + bi * m * n + row * n + col] = T(epi(acc, col));
     }
 }
