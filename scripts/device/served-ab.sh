@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# served-ab-s8.sh: the served path, session 7's main (6442474) against session 8's merged main,
-# interleaved in one call: `streampool serve --device cuda` (f16, defaults) on 12 cores,
+# served-ab.sh: the served path, an older CLI ("old") against the merged main ("new"),
+# interleaved in one call (session 8: 6442474 vs its merge; session 9: 8b6eb79 vs its merge): `streampool serve --device cuda` (f16, defaults) on 12 cores,
 # `streampool loadgen` on 4, rounds of {old, new} x {256 clients x one 128-token sentence,
 # 64 clients x 32 short sentences with base64 answers, 1 client one short sentence}.
 # Two calls back to back on a warm machine (the carry limit holds one CLI beside the model):
-#   1. carry [".dev-s8-old"]: STAGE=keep bash .dev-s8-old/served-ab-s8.sh  (unpacks the old CLI to /tmp/keep)
-#   2. carry [".dev"]: bash scripts/device/served-ab-s8.sh  (the new CLI from .dev/streampool.xz)
+#   1. carry [OLD]: OLD=<folder> STAGE=keep bash scripts/device/served-ab.sh  (unpacks OLD/streampool.xz,
+#      the old CLI, to /tmp/keep; OLD defaults to .dev-s8-old)
+#   2. carry [".dev"]: bash scripts/device/served-ab.sh  (the new CLI from .dev/streampool.xz)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2"; chmod +x "$2"; }
 if [ "${STAGE:-}" = keep ]; then
-  mkdir -p /tmp/keep && unxz_to .dev-s8-old/streampool.xz /tmp/keep/old && ls -l /tmp/keep; exit 0
+  mkdir -p /tmp/keep && unxz_to ${OLD:-.dev-s8-old}/streampool.xz /tmp/keep/old && ls -l /tmp/keep; exit 0
 fi
 [ -x /tmp/keep/old ] || { echo "no /tmp/keep/old: the first call's machine was not kept"; exit 1; }
 SP=/opt/torch/.venv/lib/python3.12/site-packages
