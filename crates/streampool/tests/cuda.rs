@@ -788,19 +788,11 @@ fn vendor_calls_from_many_threads_at_once() {
 /// storage rounding of the float64 reference.
 #[test]
 fn half_ops_match_the_cpu_backend() {
-    use streampool::{DType, MatmulMath};
+    use streampool::MatmulMath;
     let Some(g) = gpu() else { return };
-    let cpu = Device::cpu();
-    let norm_err = |a: &[f32], b: &[f32]| {
-        assert!(a.iter().all(|x| x.is_finite()), "non-finite output");
-        let e: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-        let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-        (e / n.max(1e-30)).sqrt()
-    };
-    type Op = Box<dyn Fn(&[Tensor]) -> streampool::Result<Tensor>>;
     let (b, s, nh, d) = (3, 77, 12, 32);
     let h = nh * d;
-    let shapes: Vec<(&str, Vec<Vec<usize>>, Op)> = vec![
+    let shapes: Vec<HalfCase> = vec![
         (
             "matmul",
             vec![vec![b * s, h], vec![h, 4 * h]],
@@ -979,6 +971,19 @@ fn half_ops_match_the_cpu_backend() {
                 t[0].attention_packed(&off, 130, 2)
             }),
         ),
+    ];
+    match_cpu_in_every_dtype(&g, &shapes);
+}
+
+/// Mean pooling + normalization (`sp_pool_rows`: 16-byte loads, the scalar form for rows that
+/// are not whole chunks, packed and padded batches) against the CPU backend in every dtype: its
+/// own test so that compute-sanitizer's racecheck of the pool kernel runs in seconds (the whole
+/// of `half_ops_match_the_cpu_backend` under racecheck outruns 150 s).
+#[test]
+fn mean_pool_matches_the_cpu_backend() {
+    let Some(g) = gpu() else { return };
+    let (b, s, h) = (3, 77, 384);
+    let shapes: Vec<HalfCase> = vec![
         (
             "mean_pool_normalize packed",
             vec![vec![347, h]],
@@ -1010,6 +1015,27 @@ fn half_ops_match_the_cpu_backend() {
             }),
         ),
     ];
+    match_cpu_in_every_dtype(&g, &shapes);
+}
+
+/// A named op over inputs of the given shapes (random, rounded to the dtype under test).
+type HalfCase = (
+    &'static str,
+    Vec<Vec<usize>>,
+    Box<dyn Fn(&[Tensor]) -> streampool::Result<Tensor>>,
+);
+
+/// Runs every case on `g` and on the CPU backend from identical rounded inputs, in F32, F16
+/// and BF16: norm-relative error at most 1e-4 / 2e-3 / 2e-2 (2e-3 for TF32 in F32).
+fn match_cpu_in_every_dtype(g: &Device, shapes: &[HalfCase]) {
+    use streampool::DType;
+    let cpu = Device::cpu();
+    let norm_err = |a: &[f32], b: &[f32]| {
+        assert!(a.iter().all(|x| x.is_finite()), "non-finite output");
+        let e: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+        let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+        (e / n.max(1e-30)).sqrt()
+    };
     for dt in [DType::F32, DType::F16, DType::BF16] {
         let tol = match dt {
             DType::F16 => 2e-3,
@@ -1033,7 +1059,7 @@ fn half_ops_match_the_cpu_backend() {
                     })
                     .collect()
             };
-            let got = op(&make(&g)).unwrap_or_else(|e| panic!("{name} {dt:?} on gpu: {e}"));
+            let got = op(&make(g)).unwrap_or_else(|e| panic!("{name} {dt:?} on gpu: {e}"));
             let want = op(&make(&cpu)).unwrap();
             assert_eq!(got.dims(), want.dims(), "{name} {dt:?}");
             let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
