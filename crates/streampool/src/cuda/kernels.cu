@@ -400,149 +400,111 @@ SP_EXPORT3(sp_bias_act, bias_act_k, (const void* x, const void* bias, void* out,
 // The vectorized forms of layer_norm_k and bias_act_k, for the shapes of transformer layers
 // (cols a multiple of 4, at most 1024, aligned rows): the launcher picks them when they apply.
 //
-// layer_norm_warp_k: one warp per row, the row in registers (each lane holds up to 8 groups
-// of 4 columns), two-pass statistics in float from the registers (mean, then the sum of
-// squared deviations: no cancellation), so the input is read once and the output written
-// once. A block-per-row kernel with double statistics ran at a fifth of the memory bandwidth
-// on the H100 (1.6 ms of a 5.8 ms MiniLM forward at batch 512 x 32 tokens).
-#define SP_LN_GROUPS 8
-template <class D>
-__device__ __forceinline__ void layer_norm_warp_k(const void* xv, const void* rv, const void* gv, const void* bv,
+// layer_norm_rows_k<D, L, W, G>: L lanes per row (32: a warp, 16: a half-warp, two rows per
+// warp), W consecutive elements per lane and access (4: 8 bytes in half types, 8: 16 bytes),
+// up to G accesses per lane (rows of at most L * W * G columns), the row in registers; two-pass
+// statistics in float from the registers (mean, then the sum of squared deviations: no
+// cancellation), so the input is read once and the output written once. A block-per-row
+// kernel with double statistics ran at a fifth of the memory bandwidth on the H100 (1.6 ms of
+// a 5.8 ms MiniLM forward at batch 512 x 32 tokens). With L = 16 the rows of a warp always run
+// the loop together (the row index is per warp, a row past the end is only masked), so the
+// full-mask shuffles never wait for an exited lane; the xor offsets stay inside the L lanes.
+template <class D, int W>
+__device__ __forceinline__ void ld_w(const typename D::T* p, u64 i, float* v) {
+    if constexpr (W == 8) D::ld8(p, i, v);
+    else D::ld4(p, i, v);
+}
+template <class D, int W>
+__device__ __forceinline__ void st_w(typename D::T* p, u64 i, const float* v) {
+    if constexpr (W == 8) D::st8(p, i, v);
+    else D::st4(p, i, v);
+}
+template <class D, int L, int W, int G>
+__device__ __forceinline__ void layer_norm_rows_k(const void* xv, const void* rv, const void* gv, const void* bv,
                                                   void* out, u64 rows, u64 cols, float eps) {
+    static_assert(L == 16 || L == 32, "a row spans a half-warp or a warp");
+    constexpr int RPW = 32 / L;  // rows per warp
     const typename D::T* x = SP_IN(D, xv);
     const typename D::T* res = SP_IN(D, rv);
     const typename D::T* gamma = SP_IN(D, gv);
     const typename D::T* beta = SP_IN(D, bv);
     typename D::T* o = SP_OUT(D, out);
-    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    const u64 groups = cols / 4;
-    for (u64 r = (u64)blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += (u64)gridDim.x * warps) {
+    const int lane = threadIdx.x % L, sub = (threadIdx.x / L) % RPW, warps = blockDim.x >> 5;
+    const u64 chunks = cols / W;
+    for (u64 rw = ((u64)blockIdx.x * warps + (threadIdx.x >> 5)) * RPW; rw < rows;
+         rw += (u64)gridDim.x * warps * RPW) {
+        const u64 r = rw + sub;
+        const bool live = r < rows;
         const u64 base = r * cols;
-        float v[SP_LN_GROUPS][4];
+        float v[G][W];
         float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < SP_LN_GROUPS; ++k) {
-            const u64 g = lane + 32 * k;
-            if (g < groups) {
-                D::ld4(x, base + 4 * g, v[k]);
+        for (int k = 0; k < G; ++k) {
+            const u64 c = lane + L * k;
+            if (live && c < chunks) {
+                ld_w<D, W>(x, base + W * c, v[k]);
                 if (res) {
-                    float t[4];
-                    D::ld4(res, base + 4 * g, t);
+                    float t[W];
+                    ld_w<D, W>(res, base + W * c, t);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) v[k][e] += t[e];
+                    for (int e = 0; e < W; ++e) v[k][e] += t[e];
                 }
 #pragma unroll
-                for (int e = 0; e < 4; ++e) s += v[k][e];
+                for (int e = 0; e < W; ++e) s += v[k][e];
             }
         }
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
+        for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
         const float mean = s / (float)cols;
         float q = 0.0f;
 #pragma unroll
-        for (int k = 0; k < SP_LN_GROUPS; ++k) {
-            if (lane + 32 * k < groups) {
+        for (int k = 0; k < G; ++k) {
+            if (live && lane + L * k < chunks) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
+                for (int e = 0; e < W; ++e) {
                     const float dv = v[k][e] - mean;
                     q = fmaf(dv, dv, q);
                 }
             }
         }
-        for (int off = 16; off > 0; off >>= 1) q += __shfl_xor_sync(0xffffffff, q, off);
+        for (int off = L / 2; off > 0; off >>= 1) q += __shfl_xor_sync(0xffffffff, q, off);
         const float inv = 1.0f / sqrtf(q / (float)cols + eps);
 #pragma unroll
-        for (int k = 0; k < SP_LN_GROUPS; ++k) {
-            const u64 g = lane + 32 * k;
-            if (g < groups) {
-                float gm[4], bt[4], y[4];
-                D::ld4(gamma, 4 * g, gm);
-                D::ld4(beta, 4 * g, bt);
+        for (int k = 0; k < G; ++k) {
+            const u64 c = lane + L * k;
+            if (live && c < chunks) {
+                float gm[W], bt[W], y[W];
+                ld_w<D, W>(gamma, W * c, gm);
+                ld_w<D, W>(beta, W * c, bt);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) y[e] = (v[k][e] - mean) * inv * gm[e] + bt[e];
-                D::st4(o, base + 4 * g, y);
+                for (int e = 0; e < W; ++e) y[e] = (v[k][e] - mean) * inv * gm[e] + bt[e];
+                st_w<D, W>(o, base + W * c, y);
             }
         }
     }
+}
+
+// The warp form (every dtype): a warp per row, 4 elements per access, rows of at most 1024.
+#define SP_LN_GROUPS 8
+template <class D>
+__device__ __forceinline__ void layer_norm_warp_k(const void* xv, const void* rv, const void* gv, const void* bv,
+                                                  void* out, u64 rows, u64 cols, float eps) {
+    layer_norm_rows_k<D, 32, 4, SP_LN_GROUPS>(xv, rv, gv, bv, out, rows, cols, eps);
 }
 SP_EXPORT3(sp_layer_norm_warp, layer_norm_warp_k,
            (const void* x, const void* residual, const void* gamma, const void* beta, void* out, u64 rows, u64 cols, float eps),
            (x, residual, gamma, beta, out, rows, cols, eps))
 
-// layer_norm_vec8_k: the half types' form of layer_norm_warp_k. A half-warp per row, one
-// 16-byte access (8 elements) per lane and step, up to G steps (rows of at most 16 * 8 * G
-// columns), the same two-pass statistics. At MiniLM's 384 columns each lane loads 3 chunks
-// of x and 3 of the residual at once (the warp form: 3 + 3 accesses of 8 bytes), and a warp
-// holds two rows. A warp's two half-warps always run the loop together (the row index is per
-// warp), so the full-mask shuffles below never wait for an exited lane; the xor offsets stay
-// inside a half-warp.
-template <class D, int G>
-__device__ __forceinline__ void layer_norm_vec8_k(const void* xv, const void* rv, const void* gv, const void* bv,
-                                                  void* out, u64 rows, u64 cols, float eps) {
-    const typename D::T* x = SP_IN(D, xv);
-    const typename D::T* res = SP_IN(D, rv);
-    const typename D::T* gamma = SP_IN(D, gv);
-    const typename D::T* beta = SP_IN(D, bv);
-    typename D::T* o = SP_OUT(D, out);
-    const int lane = threadIdx.x & 15, half = (threadIdx.x >> 4) & 1, warps = blockDim.x >> 5;
-    const u64 chunks = cols / 8;
-    for (u64 r2 = ((u64)blockIdx.x * warps + (threadIdx.x >> 5)) * 2; r2 < rows; r2 += (u64)gridDim.x * warps * 2) {
-        const u64 r = r2 + half;
-        const bool live = r < rows;
-        const u64 base = r * cols;
-        float v[G][8];
-        float s = 0.0f;
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const u64 c = lane + 16 * k;
-            if (live && c < chunks) {
-                D::ld8(x, base + 8 * c, v[k]);
-                if (res) {
-                    float t[8];
-                    D::ld8(res, base + 8 * c, t);
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) v[k][e] += t[e];
-                }
-#pragma unroll
-                for (int e = 0; e < 8; ++e) s += v[k][e];
-            }
-        }
-        for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
-        const float mean = s / (float)cols;
-        float q = 0.0f;
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            if (live && lane + 16 * k < chunks) {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    const float dv = v[k][e] - mean;
-                    q = fmaf(dv, dv, q);
-                }
-            }
-        }
-        for (int off = 8; off > 0; off >>= 1) q += __shfl_xor_sync(0xffffffff, q, off);
-        const float inv = 1.0f / sqrtf(q / (float)cols + eps);
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const u64 c = lane + 16 * k;
-            if (live && c < chunks) {
-                float gm[8], bt[8], y[8];
-                D::ld8(gamma, 8 * c, gm);
-                D::ld8(beta, 8 * c, bt);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) y[e] = (v[k][e] - mean) * inv * gm[e] + bt[e];
-                D::st8(o, base + 8 * c, y);
-            }
-        }
-    }
-}
+// The half types' vec8 form: a half-warp per row, one 16-byte access per lane and step, up to
+// G steps. At MiniLM's 384 columns each lane loads 3 chunks of x and 3 of the residual at once
+// (the warp form: 3 + 3 accesses of 8 bytes), and a warp holds two rows.
 #define SP_LN_VEC8(g)                                                                                                  \
     extern "C" __global__ void sp_layer_norm_vec8_g##g##_f16(const void* x, const void* r, const void* gm,            \
                                                             const void* bt, void* o, u64 rows, u64 cols, float eps) { \
-        layer_norm_vec8_k<F16, g>(x, r, gm, bt, o, rows, cols, eps);                                                 \
+        layer_norm_rows_k<F16, 16, 8, g>(x, r, gm, bt, o, rows, cols, eps);                                          \
     }                                                                                                                \
     extern "C" __global__ void sp_layer_norm_vec8_g##g##_bf16(const void* x, const void* r, const void* gm,           \
                                                              const void* bt, void* o, u64 rows, u64 cols, float eps) { \
-        layer_norm_vec8_k<BF16, g>(x, r, gm, bt, o, rows, cols, eps);                                                \
+        layer_norm_rows_k<BF16, 16, 8, g>(x, r, gm, bt, o, rows, cols, eps);                                         \
     }
 SP_LN_VEC8(4)
 SP_LN_VEC8(8)
