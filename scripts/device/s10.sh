@@ -23,20 +23,20 @@ T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 
 # 1. CPU (#24).
 $B/streampool bench --device cpu --workloads minilm32,minilm128 --scenarios forward,batching \
-  --forward-batches 1,16,64 --threads 1,16 --max-batch 16 --max-wait-ms 0 --seconds 2 \
+  --forward-batches 1,16,64 --threads 1,16 --max-batch 16 --max-wait-ms 0 --seconds 1.5 \
   --minilm $M --dtypes f32 --out $OUT/cpu > $OUT/cpu.log 2>&1
 stamp "cpu rc=$?"
 timeout 300 python3 bench/torch_baseline.py --device cpu --workloads minilm32,minilm128 --dtypes f32 --dtype-only \
-  --forward-batches 1,16,64 --seconds 2 --minilm $M --out $OUT/torch-cpu > $OUT/torch-cpu.log 2>&1
+  --forward-batches 1,16,64 --seconds 1.5 --minilm $M --out $OUT/torch-cpu > $OUT/torch-cpu.log 2>&1
 stamp "torch cpu rc=$?"
 python3 bench/cpu_compare.py $OUT/cpu/streampool.json $OUT/torch-cpu/pytorch.json > $OUT/cpu-compare.md 2>&1
 
 # 2. CUDA fp32 (#20): ours, then PyTorch eager fp32 (TF32 off) at the same points.
 $B/streampool bench --device cuda --workloads minilm32,minilm128 --scenarios forward \
-  --forward-batches 64,512 --seconds 2 --minilm $M --dtypes f32 --out $OUT/f32 > $OUT/f32.log 2>&1
+  --forward-batches 64,512 --seconds 1.5 --minilm $M --dtypes f32 --out $OUT/f32 > $OUT/f32.log 2>&1
 stamp "cuda f32 rc=$?"
 timeout 240 python3 bench/torch_baseline.py --device cuda --workloads minilm32,minilm128 --dtypes f32 \
-  --dtype-only --forward-batches 64,512 --seconds 2 --minilm $M --out $OUT/torch-f32 > $OUT/torch-f32.log 2>&1
+  --dtype-only --forward-batches 64,512 --seconds 1.5 --minilm $M --out $OUT/torch-f32 > $OUT/torch-f32.log 2>&1
 stamp "torch f32 rc=$?"
 
 {
