@@ -12,7 +12,7 @@ use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use crate::device_ptr::DevicePtr;
-use crate::tensor::Dims;
+use crate::shape::Dims;
 use crate::DType;
 
 /// A strided view of an input of the kernel's dtype (for `Copy`, of any width): element `idx` (a multi-index

@@ -48,6 +48,7 @@ pub mod kernel;
 mod kernel_cache;
 pub mod phases;
 mod profile;
+mod shape;
 mod storage;
 mod stream;
 mod stream_pool;

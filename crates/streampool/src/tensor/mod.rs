@@ -6,11 +6,10 @@
 
 mod families;
 mod fused;
-mod layout;
 mod ops;
 
-pub use layout::{broadcast_shapes, contiguous_strides, Dims, Layout};
-pub(crate) use layout::{checked_byte_size, checked_elem_count};
+pub use crate::shape::{broadcast_shapes, contiguous_strides, Dims, Layout};
+pub(crate) use crate::shape::{checked_byte_size, checked_elem_count};
 
 use std::fmt;
 

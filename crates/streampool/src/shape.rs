@@ -1,4 +1,5 @@
-//! Shapes, strides and broadcasting.
+//! Shapes, strides and broadcasting: the bottom module that tensors, kernels and graphs
+//! share (it knows nothing of them; `tensor` re-exports its public items).
 
 use smallvec::SmallVec;
 
