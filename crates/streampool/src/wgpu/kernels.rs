@@ -18,7 +18,8 @@ use std::sync::OnceLock;
 
 use wgpu::util::DeviceExt;
 
-use super::{blocked, Shared};
+pub(crate) use super::choice::{gemv_lanes, matmul_kernel, MatmulPath};
+use super::{blocked, coop, Shared};
 use crate::backend::DevicePtr;
 use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
 use crate::sync::Arc;
@@ -32,10 +33,8 @@ const MAX_PARAMS: usize = PARAM_WORDS - 1;
 const MAX_GROUPS: u32 = 65_535;
 
 const PRELUDE: &str = include_str!("shaders/prelude.wgsl");
-/// The cooperative-matrix matmul's body (after `PRELUDE`).
-pub(crate) const MATMUL_COOP: &str = include_str!("shaders/matmul_coop.wgsl");
 const ROWS: &str = include_str!("shaders/rows.wgsl");
-/// The bias and activation epilogue of the FMA matmul kernels.
+/// The bias and activation epilogue of the matmul kernels.
 const EPILOGUE: &str = include_str!("shaders/epilogue.wgsl");
 
 /// One compiled kernel.
@@ -62,8 +61,8 @@ pub(crate) enum Which {
     Gemv,
     /// The register-blocked kernels, generated per [`blocked::Spec`] (in [`Key::spec`]).
     Blocked,
-    /// f16 matmul on cooperative matrices (`shaders/matmul_coop.wgsl`), opt-in.
-    MatmulCoop,
+    /// f16 matmul on cooperative matrices, generated per [`coop::Spec`] (in [`Key::coop`]).
+    Coop,
     /// One workgroup per (token, head): any head width up to 256.
     Attention,
     /// One workgroup per (sequence, head, 32 queries), K/V tiles in workgroup memory: head
@@ -98,9 +97,9 @@ impl Which {
             Which::Reduce => ("reduce", include_str!("shaders/reduce.wgsl"), true),
             Which::Matmul => ("matmul", include_str!("shaders/matmul.wgsl"), false),
             Which::Gemv => ("gemv", include_str!("shaders/gemv.wgsl"), false),
-            Which::MatmulCoop => ("matmul_coop", MATMUL_COOP, false),
-            // Generated: `Key::build` asks `blocked::Spec::source`.
+            // Generated: `Key::build` asks `blocked::Spec::source` and `coop::Spec::source`.
             Which::Blocked => ("matmul_blocked", "", false),
+            Which::Coop => ("matmul_coop", "", false),
             Which::Attention => ("attention", include_str!("shaders/attention.wgsl"), true),
             Which::AttentionTiled => (
                 "attention_tiled",
@@ -131,19 +130,25 @@ pub(crate) struct Key {
     pub(crate) half: bool,
     /// The tile and layout of a [`Which::Blocked`] kernel; `None` for every other kernel.
     pub(crate) spec: Option<blocked::Spec>,
+    /// The tile and layout of a [`Which::Coop`] kernel; `None` for every other kernel.
+    pub(crate) coop: Option<coop::Spec>,
 }
 
 impl Key {
     /// The kernel's label and complete WGSL source.
     pub(crate) fn wgsl(self) -> (String, String) {
         let (label, body, rows) = self.which.source();
-        let generated = self.spec.map(|s| (s.label(), s.source()));
+        let generated = match (self.spec, self.coop) {
+            (Some(s), _) => Some((s.label(), s.source())),
+            (_, Some(s)) => Some((s.label(), s.source())),
+            _ => None,
+        };
         let (label, body) = match &generated {
             Some((l, b)) => (l.as_str(), b.as_str()),
             None => (label, body),
         };
         // `enable` must come before every declaration.
-        let header = if self.which == Which::MatmulCoop {
+        let header = if self.coop.is_some_and(|c| !c.emulate) {
             "enable f16;\nenable wgpu_cooperative_matrix;\nalias T = f16;\n"
         } else if self.half {
             "enable f16;\nalias T = f16;\n"
@@ -153,7 +158,7 @@ impl Key {
         let consts = self.which.constants();
         let rows = if rows { ROWS } else { "" };
         let epilogue = match self.which {
-            Which::Matmul | Which::Gemv | Which::Blocked => EPILOGUE,
+            Which::Matmul | Which::Gemv | Which::Blocked | Which::Coop => EPILOGUE,
             _ => "",
         };
         let source = format!("{header}{consts}{PRELUDE}\n{rows}\n{epilogue}\n{body}");
@@ -212,7 +217,8 @@ impl Key {
 }
 
 /// Every kernel's label and WGSL source as the backend builds it: each kernel in f32 and
-/// f16 storage, the blocked matmul in every tile and layout, the cooperative-matrix matmul.
+/// f16 storage, the blocked matmul in every tile and layout, the cooperative-matrix matmul
+/// (f16 only) in every tile and layout, on matrix units and emulated.
 /// For checks of the WGSL without a GPU (`tests/wgpu_naga.rs` translates each to SPIR-V
 /// and MSL through naga).
 pub fn all_wgsl() -> Vec<(String, String)> {
@@ -230,7 +236,7 @@ pub fn all_wgsl() -> Vec<(String, String)> {
         Which::Matmul,
         Which::Gemv,
         Which::Blocked,
-        Which::MatmulCoop,
+        Which::Coop,
         Which::Attention,
         Which::AttentionTiled,
         Which::MeanPoolNorm,
@@ -241,7 +247,7 @@ pub fn all_wgsl() -> Vec<(String, String)> {
     for which in ALL {
         let halves: &[bool] = match which {
             // Casts and the cooperative matmul exist in one storage type each.
-            Which::CastToHalf | Which::CastToSingle | Which::MatmulCoop => &[true],
+            Which::CastToHalf | Which::CastToSingle | Which::Coop => &[true],
             _ => &[false, true],
         };
         for &half in halves {
@@ -251,7 +257,36 @@ pub fn all_wgsl() -> Vec<(String, String)> {
                         for bk in [4, 8, 16, 32] {
                             for layout in [Layout::Generic, Layout::AlongK, Layout::BAlongN] {
                                 let spec = Some(Spec { bm, bn, bk, layout });
-                                keys.push(Key { which, half, spec });
+                                keys.push(Key {
+                                    which,
+                                    half,
+                                    spec,
+                                    coop: None,
+                                });
+                            }
+                        }
+                    }
+                }
+            } else if which == Which::Coop {
+                for bm in [64, 128] {
+                    for bn in [64, 128] {
+                        for bk in [16, 32] {
+                            for layout in [Layout::Generic, Layout::AlongK, Layout::BAlongN] {
+                                for emulate in [false, true] {
+                                    let coop = Some(coop::Spec {
+                                        bm,
+                                        bn,
+                                        bk,
+                                        layout,
+                                        emulate,
+                                    });
+                                    keys.push(Key {
+                                        which,
+                                        half,
+                                        spec: None,
+                                        coop,
+                                    });
+                                }
                             }
                         }
                     }
@@ -261,6 +296,7 @@ pub fn all_wgsl() -> Vec<(String, String)> {
                     which,
                     half,
                     spec: None,
+                    coop: None,
                 });
             }
         }
@@ -293,6 +329,7 @@ impl Pipelines {
             which,
             half,
             spec: None,
+            coop: None,
         };
         let p = shared.kernels.get_or_build(key, || {
             key.build(&shared.device, &shared.name, shared.loop_bounding)
@@ -309,6 +346,21 @@ impl Pipelines {
             which: Which::Blocked,
             half,
             spec: Some(spec),
+            coop: None,
+        };
+        shared.kernels.get_or_build(key, || {
+            key.build(&shared.device, &shared.name, shared.loop_bounding)
+        })
+    }
+
+    /// A generated cooperative-matrix matmul (f16), from the device's cache as
+    /// [`Self::blocked`].
+    fn coop(&self, shared: &Shared, spec: coop::Spec) -> Result<Arc<Pipeline>> {
+        let key = Key {
+            which: Which::Coop,
+            half: true,
+            spec: None,
+            coop: Some(spec),
         };
         shared.kernels.get_or_build(key, || {
             key.build(&shared.device, &shared.name, shared.loop_bounding)
@@ -316,21 +368,29 @@ impl Pipelines {
     }
 }
 
+/// The matmul kernel a launch took.
+#[derive(Debug, Clone, Copy)]
+enum Taken {
+    Blocked(blocked::Spec),
+    Coop(coop::Spec),
+    Other(MatmulPath),
+}
+
 /// A prepared launch: pipelines, bound resources and workgroup counts, ready to record.
 pub(crate) struct Launch {
     dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
     /// The matmul kernel taken, for the profile's label.
-    matmul: Option<(MatmulPath, Option<blocked::Spec>)>,
+    matmul: Option<Taken>,
 }
 
 impl Launch {
     /// The matmul kernel this launch takes, in words (`None` for other kernels).
     pub(crate) fn note(&self) -> Option<String> {
-        self.matmul.map(|(path, spec)| match (path, spec) {
-            (_, Some(s)) => s.label(),
-            (MatmulPath::Coop, _) => "matmul coop 64x64".into(),
-            (MatmulPath::Gemv, _) => "gemv".into(),
-            _ => "matmul 16x16".into(),
+        self.matmul.map(|taken| match taken {
+            Taken::Blocked(s) => s.label(),
+            Taken::Coop(s) => s.label(),
+            Taken::Other(MatmulPath::Gemv) => "gemv".into(),
+            Taken::Other(_) => "matmul 16x16".into(),
         })
     }
 
@@ -364,7 +424,7 @@ impl Launch {
 struct Binder<'a> {
     shared: &'a Shared,
     dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
-    matmul: Option<(MatmulPath, Option<blocked::Spec>)>,
+    matmul: Option<Taken>,
 }
 
 /// A count or index as a kernel word, or an error when it does not fit.
@@ -533,117 +593,6 @@ fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> 
         ))),
     }
 }
-
-/// Which matmul kernel a launch takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MatmulPath {
-    /// The 16x16 tile, one output per invocation: thin or small outputs.
-    Simple,
-    /// A single output row ([`Which::Gemv`]): batch-1 layers.
-    Gemv,
-    /// A register-blocked `bm x bn` tile with `bk`-deep slices ([`blocked`]).
-    Blocked { bm: u32, bn: u32, bk: u32 },
-    /// 64x64 blocks on cooperative matrices (f16 only, where enabled).
-    Coop,
-}
-
-/// How the device picks matmul kernels ([`WgpuConfig`](super::WgpuConfig)'s `matmul_tile`
-/// and the tuning variables).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MatmulChoice {
-    /// `Some(16)`: always the 16x16 tile; `Some(64)` / `Some(128)`: always the blocked
-    /// 64x64 / 128x128 tile (tests); `None`: by shape.
-    pub(crate) forced: Option<u32>,
-    /// The blocked tile to take where the shape calls for one (tuning), instead of the
-    /// largest of 128x128, 128x64, 64x64 that gives `groups` workgroups.
-    pub(crate) block: Option<(u32, u32, u32)>,
-    /// Workgroups a blocked launch should give at least before a larger tile is taken.
-    pub(crate) groups: usize,
-    /// The device was opened with cooperative matrices (opt-in, adapter permitting): f16
-    /// matmuls of 64 rows and columns or more take them.
-    pub(crate) coop: bool,
-}
-
-impl Default for MatmulChoice {
-    fn default() -> Self {
-        Self {
-            forced: None,
-            block: None,
-            groups: DEFAULT_GROUPS,
-            coop: false,
-        }
-    }
-}
-
-/// Workgroups a blocked matmul should fill before a larger tile is taken: about two per
-/// multiprocessor of a large GPU (an H100 has 132). Tuned on the H100 through Vulkan
-/// (`bench/results/wgpu-2026-11-24-s7/h100-matmul-sweep.md`): with 256 the automatic
-/// choice is within 11% of the best of the ten tiles swept at each of its shapes (f32).
-pub(crate) const DEFAULT_GROUPS: usize = 256;
-/// Slice depth of the automatic blocked tiles.
-const DEFAULT_BK: u32 = 16;
-
-/// The matmul kernel for an output of `batch` x `m` x `n`: one row (batch-1 layers) by the
-/// GEMV kernel, the 16x16 tile for other thin outputs (fewer than 64 rows or columns:
-/// attention's per-head products), else the
-/// largest blocked tile (128x128, 128x64, 64x64) that still gives `groups` workgroups.
-pub(crate) fn matmul_kernel(
-    c: &MatmulChoice,
-    half: bool,
-    batch: usize,
-    m: usize,
-    n: usize,
-) -> MatmulPath {
-    if c.coop && half && m >= 64 && n >= 64 && c.forced.is_none() {
-        return MatmulPath::Coop;
-    }
-    match c.forced {
-        Some(16) => return MatmulPath::Simple,
-        Some(t @ (64 | 128)) => {
-            return MatmulPath::Blocked {
-                bm: t,
-                bn: t,
-                bk: DEFAULT_BK,
-            }
-        }
-        _ => {}
-    }
-    if m == 1 {
-        return MatmulPath::Gemv;
-    }
-    if m < 64 || n < 64 {
-        return MatmulPath::Simple;
-    }
-    if let Some((bm, bn, bk)) = c.block {
-        return MatmulPath::Blocked { bm, bn, bk };
-    }
-    let groups = |bm: usize, bn: usize| batch * m.div_ceil(bm) * n.div_ceil(bn);
-    let (bm, bn) = [(128, 128), (128, 64), (64, 64)]
-        .into_iter()
-        .find(|&(bm, bn)| groups(bm, bn) >= c.groups)
-        .unwrap_or((64, 64));
-    MatmulPath::Blocked {
-        bm: bm as u32,
-        bn: bn as u32,
-        bk: DEFAULT_BK,
-    }
-}
-
-/// Invocations per output column of the GEMV kernel (32 to 256, a power of two): the
-/// fewest that still give [`GEMV_GROUPS`] workgroups (256 / lanes columns each), and no more
-/// than `k` needs.
-pub(crate) fn gemv_lanes(batch: usize, n: usize, k: usize) -> usize {
-    let mut lanes = 32;
-    while lanes < 256 && lanes < k && batch * n.div_ceil(256 / lanes) < GEMV_GROUPS {
-        lanes *= 2;
-    }
-    lanes
-}
-
-/// Workgroups a GEMV launch should give where the output allows: about one per
-/// multiprocessor of a large GPU (the H100 has 132), so that narrow batch-1 layers read
-/// their weight with the whole GPU.
-const GEMV_GROUPS: usize = 128;
 
 /// The variant's name, for error messages.
 fn kernel_name(kernel: &Kernel) -> &'static str {
@@ -846,37 +795,48 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 Some(p) => b.at(*p, t)?,
                 None => (ab.clone(), 0),
             };
-            let path = matmul_kernel(&shared.matmul, half, *batch, *m, *n);
-            if path == MatmulPath::Coop && (bias.is_some() || *act != Activation::Identity) {
-                // `fuses_matmul_bias` is false with cooperative matrices: never sent.
-                return Err(Error::InvalidArgument(
-                    "wgpu cooperative-matrix matmul with a fused bias or activation".into(),
-                ));
-            }
-            b.matmul = Some((path, None));
+            let path = matmul_kernel(&shared.matmul, half, *batch, *m, *kk, *n);
+            b.matmul = Some(Taken::Other(path));
             let gemv_lanes = gemv_lanes(*batch, *n, *kk);
+            // The layout of the blocked and cooperative kernels, chosen here: the vec4
+            // variants need every offset, stride and extent they step by four to be a
+            // multiple of four (in elements).
+            let layout = || {
+                let four = |v: &[usize]| v.iter().all(|x| x.is_multiple_of(4));
+                let common = a.cs == 1
+                    && four(&[ao as usize, a.rs, a.batch_stride, *kk, *n, oo as usize])
+                    && four(&[bo as usize, rhs.batch_stride]);
+                if common && rhs.rs == 1 && rhs.cs != 1 && rhs.cs.is_multiple_of(4) {
+                    blocked::Layout::AlongK
+                } else if common && rhs.cs == 1 && rhs.rs.is_multiple_of(4) {
+                    blocked::Layout::BAlongN
+                } else {
+                    blocked::Layout::Generic
+                }
+            };
             let (pipeline, [bm, bn]) = match path {
                 MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
                 // One row; 256 / lanes columns per workgroup.
                 MatmulPath::Gemv => (k.get(shared, Which::Gemv, half)?, [1, 256 / gemv_lanes]),
-                MatmulPath::Coop => (k.get(shared, Which::MatmulCoop, half)?, [64, 64]),
-                MatmulPath::Blocked { bm, bn, bk } => {
-                    // The vec4 variants need every offset, stride and extent they step by
-                    // four to be a multiple of four (in elements).
-                    let four = |v: &[usize]| v.iter().all(|x| x.is_multiple_of(4));
-                    let common = a.cs == 1
-                        && four(&[ao as usize, a.rs, a.batch_stride, *kk, *n, oo as usize])
-                        && four(&[bo as usize, rhs.batch_stride]);
-                    let layout = if common && rhs.rs == 1 && rhs.cs != 1 && rhs.cs.is_multiple_of(4)
-                    {
-                        blocked::Layout::AlongK
-                    } else if common && rhs.cs == 1 && rhs.rs.is_multiple_of(4) {
-                        blocked::Layout::BAlongN
-                    } else {
-                        blocked::Layout::Generic
+                MatmulPath::Coop { bm, bn, bk } => {
+                    let spec = coop::Spec {
+                        bm,
+                        bn,
+                        bk,
+                        layout: layout(),
+                        emulate: shared.matmul.coop.is_some_and(|c| c.emulate),
                     };
-                    let spec = blocked::Spec { bm, bn, bk, layout };
-                    b.matmul = Some((path, Some(spec)));
+                    b.matmul = Some(Taken::Coop(spec));
+                    (k.coop(shared, spec)?, [bm as usize, bn as usize])
+                }
+                MatmulPath::Blocked { bm, bn, bk } => {
+                    let spec = blocked::Spec {
+                        bm,
+                        bn,
+                        bk,
+                        layout: layout(),
+                    };
+                    b.matmul = Some(Taken::Blocked(spec));
                     (k.blocked(shared, spec, half)?, [bm as usize, bn as usize])
                 }
             };
@@ -911,12 +871,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                     bias.is_some() as u32,
                     gemv_lanes as u32,
                 ];
-                let buffers: &[&wgpu::Buffer] = if path == MatmulPath::Coop {
-                    &[&ab, &bb, &ob]
-                } else {
-                    &[&ab, &bb, &ob, &biasb]
-                };
-                b.dispatch(&pipeline, &params, buffers, [tiles[0], tiles[1], count])?;
+                b.dispatch(
+                    &pipeline,
+                    &params,
+                    &[&ab, &bb, &ob, &biasb],
+                    [tiles[0], tiles[1], count],
+                )?;
             }
         }
         Kernel::Softmax {

@@ -425,9 +425,8 @@ impl Core {
 
 impl BackendStream for WgpuStream {
     fn fuses_matmul_bias(&self) -> bool {
-        // The FMA kernels add the bias in their epilogue (`shaders/epilogue.wgsl`); the
-        // cooperative-matrix kernel has none, so with it the bias stays a pass of its own.
-        !self.core().shared.matmul.coop
+        // Every matmul kernel adds the bias in its epilogue (`shaders/epilogue.wgsl`).
+        true
     }
 
     fn fuses_matmul_act(&self, _act: Activation) -> bool {
