@@ -27,7 +27,8 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::kernels::{self, Pipelines};
+use super::kernels::Pipelines;
+use super::launch;
 use super::profile::{self, StreamTimer};
 use super::SharedRef;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
@@ -520,7 +521,7 @@ impl BackendStream for WgpuStream {
         let t = profile::now();
         // Bind groups and parameter buffers are made outside the stream's lock: threads on
         // different streams prepare their launches in parallel.
-        let Some(launch) = kernels::prepare(self.pipelines(), shared, &kernel)? else {
+        let Some(launch) = launch::prepare(self.pipelines(), shared, &kernel)? else {
             return Ok(()); // nothing to compute (an empty tensor)
         };
         profile::host_phase("launch: prepare (bind group, parameters)", t);
