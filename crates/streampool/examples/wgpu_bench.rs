@@ -16,9 +16,13 @@
 //!   BMxBNxBK,...` through `WgpuConfig::matmul_block`, and the automatic choice) at square
 //!   sizes and at MiniLM's GEMM shapes (`x @ W^T` through the transposed weight view), in f32
 //!   and f16 storage (`--dtypes f32|f16|both`); with `--cuda` (a build with the `cuda`
-//!   feature) the same matmuls on CUDA device 0 (cuBLAS) in a last column; with `--coop` a
-//!   column with `WgpuConfig::cooperative_matrix` on (f16 on matrix units where the adapter
-//!   has them). Every kernel's
+//!   feature) the same matmuls on CUDA device 0 (cuBLAS) in a last column. The "fma auto"
+//!   column is the automatic choice with cooperative matrices off; with `--coop` a column
+//!   with them on (`WgpuCoopMatrix::On`: f16 on matrix units where the adapter has them,
+//!   f32 as before) and one per tile of `--coop-blocks BMxBNxBK,...` (BM, BN 64 or 128, BK
+//!   16 or 32) forced through `WgpuConfig::matmul_block`; `--coop-emulate` takes the
+//!   emulated kernels instead (any adapter with `SHADER_F16`; a check, not a speed). Every
+//!   kernel's
 //!   result is first checked against the CPU's (the run fails on a mismatch). `--secs` per
 //!   point (default 0.3, at least 3 matmuls); shapes over `--max-mflop` million
 //!   floating-point operations are left out (software Vulkan).
@@ -29,7 +33,7 @@
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use streampool::{DType, Device, StreamGuard, Tensor, WgpuConfig, WgpuQuarantine};
+use streampool::{DType, Device, StreamGuard, Tensor, WgpuConfig, WgpuCoopMatrix, WgpuQuarantine};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -265,16 +269,34 @@ fn matmul(min: Duration, max_flop: f64, args: &[String]) -> Res<()> {
             .and_then(|i| args.get(i + 1))
     };
     // Blocked tiles to time besides the 16x16 kernel and the automatic choice.
-    let blocks: Vec<[u32; 3]> = flag("--blocks")
-        .map(String::as_str)
-        .unwrap_or("64x64x16,128x64x16,128x128x16")
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            let v: Vec<u32> = s.split('x').map(|p| p.parse()).collect::<Result<_, _>>()?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>([v[0], v[1], v[2]])
-        })
-        .collect::<Result<_, _>>()?;
+    let tiles = |list: &str| -> Res<Vec<[u32; 3]>> {
+        list.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                let v: Vec<u32> = s.split('x').map(|p| p.parse()).collect::<Result<_, _>>()?;
+                match v[..] {
+                    [bm, bn, bk] => Ok([bm, bn, bk]),
+                    _ => Err(format!("tile {s:?}: expected BMxBNxBK").into()),
+                }
+            })
+            .collect()
+    };
+    let blocks = tiles(
+        flag("--blocks")
+            .map(String::as_str)
+            .unwrap_or("64x64x16,128x64x16,128x128x16"),
+    )?;
+    let coop_blocks = tiles(flag("--coop-blocks").map(String::as_str).unwrap_or(""))?;
+    let coop_mode = if args.iter().any(|a| a == "--coop-emulate") {
+        WgpuCoopMatrix::Emulated
+    } else {
+        WgpuCoopMatrix::On
+    };
+    // Every FMA column with cooperative matrices off, whatever the adapter or environment.
+    let fma = WgpuConfig {
+        cooperative_matrix: WgpuCoopMatrix::Off,
+        ..WgpuConfig::default()
+    };
     let dtypes: Vec<DType> = match flag("--dtypes").map(String::as_str) {
         Some("f32") => vec![DType::F32],
         Some("f16") => vec![DType::F16],
@@ -284,7 +306,7 @@ fn matmul(min: Duration, max_flop: f64, args: &[String]) -> Res<()> {
         "16x16".into(),
         WgpuConfig {
             matmul_tile: Some(16),
-            ..WgpuConfig::default()
+            ..fma.clone()
         },
     )];
     for b in &blocks {
@@ -293,17 +315,27 @@ fn matmul(min: Duration, max_flop: f64, args: &[String]) -> Res<()> {
             WgpuConfig {
                 // 1 workgroup is always reached: the named tile wherever a blocked one fits.
                 matmul_block: Some(*b),
-                ..WgpuConfig::default()
+                ..fma.clone()
             },
         ));
     }
-    columns.push(("auto".into(), WgpuConfig::default()));
-    if args.iter().any(|a| a == "--coop") {
-        // Cooperative matrices where the adapter has them (f16 only; f32 as auto).
+    columns.push(("fma auto".into(), fma.clone()));
+    if args.iter().any(|a| a == "--coop" || a == "--coop-emulate") {
+        // Cooperative matrices where the adapter has them (f16 only; f32 as fma auto).
+        for b in &coop_blocks {
+            columns.push((
+                format!("coop {}x{}x{}", b[0], b[1], b[2]),
+                WgpuConfig {
+                    cooperative_matrix: coop_mode,
+                    matmul_block: Some(*b),
+                    ..WgpuConfig::default()
+                },
+            ));
+        }
         columns.push((
-            "coop matrix".into(),
+            "coop auto".into(),
             WgpuConfig {
-                cooperative_matrix: true,
+                cooperative_matrix: coop_mode,
                 ..WgpuConfig::default()
             },
         ));

@@ -69,7 +69,8 @@ pub use self::wgpu::{
     describe_adapters as wgpu_adapters,
     kernels::all_wgsl as wgpu_kernel_sources,
     profile::{wgpu_profile, WgpuProfile, WGPU_PROFILE_ENV},
-    Quarantine as WgpuQuarantine, WgpuConfig, DEFAULT_WAIT_LIMIT as WGPU_DEFAULT_WAIT_LIMIT,
+    CoopMatrix as WgpuCoopMatrix, Quarantine as WgpuQuarantine, WgpuConfig,
+    DEFAULT_WAIT_LIMIT as WGPU_DEFAULT_WAIT_LIMIT,
 };
 pub use allocator::AllocatorStats;
 pub use cpu::intra_op::{cpu_threads, set_cpu_threads, CPU_THREADS_ENV};

@@ -17,7 +17,8 @@
 use std::sync::{Arc, OnceLock};
 
 use streampool::{
-    Activation, DType, Device, DeviceConfig, MatmulMath, Tensor, WgpuConfig, WgpuQuarantine,
+    Activation, DType, Device, DeviceConfig, MatmulMath, Tensor, WgpuConfig, WgpuCoopMatrix,
+    WgpuQuarantine,
 };
 
 #[path = "allocator.rs"]
@@ -441,5 +442,236 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                 }
             }
         }
+    }
+}
+
+/// Values in [-1, 1] from a hash of the index and `seed`.
+fn hashed(len: usize, seed: u64) -> Vec<f32> {
+    (0..len as u64)
+        .map(|i| {
+            let h = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
+            ((h >> 40) % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+/// The cooperative-matrix settings to test on this adapter: emulated everywhere (where the
+/// adapter has `SHADER_F16`), on matrix units where it has them.
+fn coop_modes() -> Vec<WgpuCoopMatrix> {
+    if !half_supported() {
+        eprintln!("no SHADER_F16: the cooperative-matrix kernels are f16 only, skipping");
+        return Vec::new();
+    }
+    let mut modes = vec![WgpuCoopMatrix::Emulated];
+    let dev = Device::wgpu_with(WgpuConfig {
+        cooperative_matrix: WgpuCoopMatrix::On,
+        ..WgpuConfig::default()
+    })
+    .unwrap();
+    let state = dev.wgpu_cooperative_matrix_use().unwrap();
+    eprintln!("cooperative matrices with the opt-in: {state}");
+    if state.starts_with("on") {
+        modes.push(WgpuCoopMatrix::On);
+    }
+    modes
+}
+
+/// `a @ w^T` (+ bias, activation) in float64 from the f16 values of the inputs.
+fn reference_f16(
+    a: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    act: Activation,
+    (batch, m, k, n): (usize, usize, usize, usize),
+) -> Vec<f64> {
+    let h = |x: f32| half::f16::from_f32(x).to_f64();
+    let mut want = vec![0.0f64; batch * m * n];
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let mut v: f64 = (0..k)
+                    .map(|l| h(a[(bi * m + i) * k + l]) * h(w[j * k + l]))
+                    .sum();
+                if let Some(b) = bias {
+                    v += h(b[j]);
+                }
+                want[(bi * m + i) * n + j] = match act {
+                    Activation::Identity => v,
+                    Activation::Relu => v.max(0.0),
+                    Activation::Gelu => 0.5 * v * (1.0 + libm::erf(v / 2f64.sqrt())),
+                    Activation::GeluTanh => {
+                        let c = (2.0 / std::f64::consts::PI).sqrt();
+                        0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())
+                    }
+                };
+            }
+        }
+    }
+    want
+}
+
+/// Norm-relative error of `got` (any float dtype) against `want`.
+fn rel_error(got: &Tensor, want: &[f64]) -> f64 {
+    let g = got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(g.len(), want.len());
+    let err: f64 = g
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (*g as f64 - w).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt().max(1e-30);
+    err / norm
+}
+
+/// Every cooperative-matrix tile (64 or 128 rows and columns, 16- or 32-deep slices, forced
+/// through `WgpuConfig::matmul_block`) against float64 in f16: emulated on every adapter
+/// with `SHADER_F16` (the tiling, double buffering, edges, layouts and epilogue), on matrix
+/// units where the adapter has them. Ragged shapes (no extent a multiple of the tile, K not
+/// of the slice), batched, with the right operand as `W^T` (B along K), row-major (B along
+/// N) and the left one transposed (the generic layout), at an offset, and with the bias and
+/// activation fused; tolerance 1e-3 norm-relative (f16 outputs).
+#[test]
+fn coop_matmul_tiles_against_float64() {
+    if gpu().is_none() {
+        return;
+    }
+    // (m, k, n); the aligned layouts need K and N multiples of 4.
+    let shapes = [
+        (65, 33, 70),
+        (200, 100, 129),
+        (130, 72, 68),
+        (257, 264, 136),
+        (64, 32, 64),
+    ];
+    let batch = 2;
+    let mut seed = 100;
+    for mode in coop_modes() {
+        for tile in [
+            [64, 64, 16],
+            [64, 64, 32],
+            [128, 64, 32],
+            [64, 128, 16],
+            [128, 128, 16],
+            [128, 128, 32],
+        ] {
+            let dev = Device::wgpu_with(WgpuConfig {
+                cooperative_matrix: mode,
+                matmul_block: Some(tile),
+                ..WgpuConfig::default()
+            })
+            .unwrap();
+            for (m, k, n) in shapes {
+                let what = format!("{mode:?} tile {tile:?} {batch}x{m}x{k}x{n}");
+                let path = &dev
+                    .wgpu_matmul_paths(&[(batch, m, k, n)], DType::F16)
+                    .unwrap()[0]
+                    .1;
+                if !path.starts_with("cooperative") {
+                    // The tile is over the adapter's workgroup memory: the FMA kernels run.
+                    eprintln!("{what}: {path} (the tile does not fit this adapter)");
+                    continue;
+                }
+                seed += 1;
+                let a = hashed(batch * m * k, seed);
+                let w = hashed(n * k, seed + 1000);
+                let bias = hashed(n, seed + 2000);
+                let up = |v: &[f32], shape: &[usize]| {
+                    Tensor::from_slice(v, shape, &dev)
+                        .unwrap()
+                        .to_dtype(DType::F16)
+                        .unwrap()
+                };
+                let dims = (batch, m, k, n);
+                let want = reference_f16(&a, &w, None, Activation::Identity, dims);
+                let at = up(&a, &[batch, m, k]);
+                let wt = up(&w, &[n, k]).t().unwrap();
+                let check = |how: &str, got: &Tensor, want: &[f64]| {
+                    assert_eq!(got.dims(), &[batch, m, n], "{what} {how}");
+                    let e = rel_error(got, want);
+                    assert!(e <= 1e-3, "{what} {how}: relative error {e:.2e}");
+                };
+                check("A W^T", &at.matmul(&wt).unwrap(), &want);
+                let w_kn = wt.contiguous().unwrap();
+                check("A W", &at.matmul(&w_kn).unwrap(), &want);
+                let a_km: Vec<f32> = (0..batch * k * m)
+                    .map(|e| {
+                        let (bi, l, i) = (e / (k * m), (e / m) % k, e % m);
+                        a[(bi * m + i) * k + l]
+                    })
+                    .collect();
+                let a_t = up(&a_km, &[batch, k, m]).transpose(1, 2).unwrap();
+                check("A^T W", &a_t.matmul(&w_kn).unwrap(), &want);
+                let mut padded = hashed(k, seed + 3000);
+                padded.extend_from_slice(&a);
+                let a_off = up(&padded, &[batch * m + 1, k])
+                    .narrow(0, 1, batch * m)
+                    .unwrap()
+                    .reshape(&[batch, m, k])
+                    .unwrap();
+                check("A at an offset, W^T", &a_off.matmul(&wt).unwrap(), &want);
+                let bias_t = up(&bias, &[n]);
+                for act in [Activation::Gelu, Activation::Relu] {
+                    let want = reference_f16(&a, &w, Some(&bias), act, dims);
+                    let math = MatmulMath::Exact;
+                    check(
+                        &format!("A W^T + bias, {act:?}"),
+                        &at.matmul_bias_act(&wt, &bias_t, act, math).unwrap(),
+                        &want,
+                    );
+                    check(
+                        &format!("A W + bias, {act:?}"),
+                        &at.matmul_bias_act(&w_kn, &bias_t, act, math).unwrap(),
+                        &want,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The cooperative-matrix matmul from four threads at once, each on its own pooled stream
+/// with its own operands, each result against float64 (the automatic tile choice).
+#[test]
+fn coop_matmul_from_several_threads() {
+    if gpu().is_none() {
+        return;
+    }
+    for mode in coop_modes() {
+        let dev = Device::wgpu_with(WgpuConfig {
+            cooperative_matrix: mode,
+            ..WgpuConfig::default()
+        })
+        .unwrap();
+        let (batch, m, k, n) = (1, 300, 384, 200);
+        let path = &dev
+            .wgpu_matmul_paths(&[(batch, m, k, n)], DType::F16)
+            .unwrap()[0]
+            .1;
+        assert!(path.starts_with("cooperative"), "{mode:?}: {path}");
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let dev = dev.clone();
+                s.spawn(move || {
+                    let a = hashed(m * k, 500 + t);
+                    let w = hashed(n * k, 600 + t);
+                    let want = reference_f16(&a, &w, None, Activation::Identity, (batch, m, k, n));
+                    let up = |v: &[f32], shape: &[usize]| {
+                        Tensor::from_slice(v, shape, &dev)
+                            .unwrap()
+                            .to_dtype(DType::F16)
+                            .unwrap()
+                    };
+                    let at = up(&a, &[batch, m, k]);
+                    let wt = up(&w, &[n, k]).t().unwrap();
+                    for round in 0..5 {
+                        let got = at.matmul(&wt).unwrap();
+                        let e = rel_error(&got, &want);
+                        assert!(e <= 1e-3, "{mode:?} thread {t} round {round}: {e:.2e}");
+                    }
+                });
+            }
+        });
     }
 }

@@ -1,6 +1,7 @@
 //! Every WGSL kernel of the wgpu backend, as the backend builds it (each in f32 and f16
 //! storage, the blocked matmul in every tile and layout, and the cooperative-matrix matmul
-//! that no CI adapter can run), parsed and validated by naga and translated to SPIR-V
+//! in every tile and layout, both on matrix units, which no CI adapter has, and emulated),
+//! parsed and validated by naga and translated to SPIR-V
 //! (Vulkan) and MSL (Metal), without a GPU. A kernel that fails here would fail to build on
 //! a device of that platform.
 #![cfg(feature = "wgpu")]
@@ -13,8 +14,11 @@ fn every_kernel_translates_to_spirv_and_msl() {
     let sources = streampool::wgpu_kernel_sources();
     // 16 kernels in one or two storage types plus 48 blocked variants in two.
     assert!(sources.len() > 100, "{} kernels", sources.len());
-    let mut coop = 0;
+    let (mut coop, mut emulated) = (0, 0);
     for (label, source) in &sources {
+        if label.starts_with("matmul coop") && label.contains("emulated") {
+            emulated += 1;
+        }
         let module = naga::front::wgsl::parse_str(source)
             .unwrap_or_else(|e| panic!("{label}: {}", e.emit_to_string(source)));
         let caps = if source.contains("enable wgpu_cooperative_matrix;") {
@@ -44,5 +48,7 @@ fn every_kernel_translates_to_spirv_and_msl() {
             .unwrap_or_else(|e| panic!("{label} to MSL: {e}"));
         assert!(text.contains("kernel"), "{label}: no kernel in the MSL");
     }
-    assert_eq!(coop, 1, "the cooperative-matrix matmul");
+    // 4 block tiles x 2 slice depths x 3 layouts, on matrix units and emulated.
+    assert_eq!(coop, 24, "cooperative-matrix matmuls on matrix units");
+    assert_eq!(emulated, 24, "emulated cooperative-matrix matmuls");
 }

@@ -70,6 +70,10 @@ pub fn run(args: Args) -> Result<()> {
             }
         );
     }
+    #[cfg(feature = "wgpu")]
+    if let Some(state) = dev.wgpu_cooperative_matrix_use() {
+        println!("      cooperative-matrix matmuls: {state}");
+    }
     step("matmul against host reference", matmul_matches(&dev))?;
     step("events order two streams", events_order(&dev))?;
     step(

@@ -7,7 +7,7 @@
 //! | event     | a point in a stream's submissions: a `SubmissionIndex` waited with `Device::poll` |
 //! | copies    | through staging buffers mapped at creation (up) or mapped for reading (down)   |
 //! | memory    | one storage buffer per allocator block; `DevicePtr` = buffer id + byte offset ([`memory`]) |
-//! | kernels   | WGSL compute pipelines built once per device ([`kernels`], `shaders/`)         |
+//! | kernels   | WGSL compute pipelines built once per device ([`kernels`], `shaders/`); the matmul per shape (`choice`): register-blocked FMA tiles (`blocked`) or matrix units (`coop`) |
 //! | dtypes    | f32; f16 where the adapter has `SHADER_F16` (requested at open); never bf16    |
 //!
 //! **Quarantine lock.** Work reaches the GPU through one queue, but encoding is per stream, so
@@ -20,7 +20,11 @@
 //! (`tests/wgpu.rs`).
 
 mod blocked;
+mod choice;
+mod config;
+mod coop;
 pub(crate) mod kernels;
+mod launch;
 pub(crate) mod memory;
 mod opened;
 pub(crate) mod profile;
@@ -31,90 +35,9 @@ use std::sync::OnceLock;
 
 use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
 use crate::sync::{Arc, Mutex};
-use crate::{Device, DeviceConfig, DeviceKind, Error, KernelCache, Result};
+use crate::{Device, DeviceKind, Error, KernelCache, Result};
 
-/// Whether the device serializes encoding and submission behind its quarantine lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Quarantine {
-    /// On for Metal, off for other backends, unless `STREAMPOOL_WGPU_QUARANTINE` says `1`/`0`.
-    #[default]
-    Auto,
-    /// Always take the lock.
-    On,
-    /// Never take it.
-    Off,
-}
-
-/// Settings of a wgpu device.
-///
-/// ```no_run
-/// use streampool::{Device, WgpuConfig};
-/// // The first adapter whose name contains "llvmpipe" (Mesa's software Vulkan), say.
-/// let dev = Device::wgpu_with(WgpuConfig {
-///     adapter: Some("llvmpipe".into()),
-///     ..WgpuConfig::default()
-/// }).unwrap();
-/// assert!(dev.name().contains("llvmpipe"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WgpuConfig {
-    /// Pool, memory limit and event policy, as for every device.
-    pub device: DeviceConfig,
-    /// Which adapter: its index in the adapter list (`"0"`), or a case-insensitive part of
-    /// its name, backend or type (`"nvidia"`, `"vulkan"`, `"cpu"`). `None`: the variable
-    /// `STREAMPOOL_WGPU_ADAPTER` if set, else the best adapter: discrete, then integrated,
-    /// then virtual GPUs, then (if `allow_software`) software ones.
-    pub adapter: Option<String>,
-    /// Whether a software adapter (Mesa's lavapipe, WARP) may be picked when no GPU is found.
-    pub allow_software: bool,
-    /// The quarantine lock (see the module docs).
-    pub quarantine: Quarantine,
-    /// The matmul kernel: `Some(16)` the 16x16 tile with one output per invocation,
-    /// `Some(64)` or `Some(128)` the register-blocked 64x64 (4x4 outputs per invocation) or
-    /// 128x128 (8x8) tiles; `None` (unless the variable `STREAMPOOL_WGPU_MATMUL_TILE` names
-    /// one): by shape, the GEMV kernel for one-row outputs, the 16x16 tile for other outputs
-    /// under 64 rows or columns, else the largest
-    /// blocked tile (128x128, 128x64, 64x64) that still fills the GPU. For tests and tuning;
-    /// the variables `STREAMPOOL_WGPU_MATMUL_BLOCK=BMxBNxBK` (e.g. `128x64x16`) and
-    /// `STREAMPOOL_WGPU_MATMUL_GROUPS` (workgroups a tile must give, default 256) tune the
-    /// automatic choice. [`Device::wgpu_matmul_paths`] says what a device takes.
-    pub matmul_tile: Option<u32>,
-    /// The blocked tile `[BM, BN, BK]` the automatic choice takes wherever it takes a
-    /// blocked one (BM and BN 64 or 128, BK 4, 8, 16 or 32); `None`: the variable
-    /// `STREAMPOOL_WGPU_MATMUL_BLOCK` if set, else by shape. For tuning.
-    pub matmul_block: Option<[u32; 3]>,
-    /// Opt in to f16 matmuls on cooperative matrices (wgpu's experimental
-    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`: Apple's simdgroup matrices, Vulkan's
-    /// `VK_KHR_cooperative_matrix`), taken only where the adapter reports the feature, lists
-    /// 16x16x16 f16 -> f32 products, has `SHADER_F16` and `SUBGROUP` with 32-wide subgroups;
-    /// elsewhere the setting changes nothing. Also `STREAMPOOL_WGPU_COOP_MATRIX=1`.
-    /// `Device::wgpu_cooperative_matrix` says what the adapter offers.
-    pub cooperative_matrix: bool,
-    /// The longest a host wait for the GPU (a synchronize, a read-back) may take before it
-    /// fails with [`Error::Backend`] saying so, instead of blocking its caller for ever (a
-    /// lost device fails at once). `None`: the variable `STREAMPOOL_WGPU_WAIT_LIMIT_S`
-    /// (seconds) if set, else [`DEFAULT_WAIT_LIMIT`].
-    pub wait_limit: Option<std::time::Duration>,
-}
-
-/// The default of [`WgpuConfig::wait_limit`]: far above any one submission of ours (the
-/// largest MiniLM batch's forward takes milliseconds on the H100, a second on lavapipe).
-pub const DEFAULT_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-impl Default for WgpuConfig {
-    fn default() -> Self {
-        Self {
-            device: DeviceConfig::default(),
-            adapter: None,
-            allow_software: true,
-            quarantine: Quarantine::Auto,
-            matmul_tile: None,
-            matmul_block: None,
-            cooperative_matrix: false,
-            wait_limit: None,
-        }
-    }
-}
+pub use config::{CoopMatrix, Quarantine, WgpuConfig, DEFAULT_WAIT_LIMIT};
 
 /// What a wgpu device shares with its streams.
 pub(crate) struct Shared {
@@ -127,7 +50,7 @@ pub(crate) struct Shared {
     /// Whether the device was opened with `SHADER_F16`: `F16` kernels run, else they are errors.
     pub(crate) shader_f16: bool,
     /// How matmul kernels are picked.
-    pub(crate) matmul: kernels::MatmulChoice,
+    pub(crate) matmul: choice::MatmulChoice,
     /// Attention per block of 32 queries where the head width allows (else one workgroup
     /// per token and head); `STREAMPOOL_WGPU_ATTENTION=token` turns it off, for comparison.
     pub(crate) attention_tiled: bool,
@@ -139,6 +62,8 @@ pub(crate) struct Shared {
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX`, and its configurations (`MxNxK A/B->C`), for
     /// `streampool check`.
     pub(crate) coop_matrix: (bool, Vec<String>),
+    /// Whether the cooperative-matrix kernels run here, and why, for `streampool check`.
+    pub(crate) coop_use: String,
     /// Read-back staging buffers kept per stream (`STREAMPOOL_WGPU_KEEP_READBACK=0`: none).
     pub(crate) keep_readback: bool,
     /// Whether launch parameters go into buffers mapped at creation (`UNIFORM | MAP_WRITE`,
@@ -321,14 +246,25 @@ impl WgpuDevice {
         } else {
             wgpu::Features::empty()
         };
-        // Cooperative matrices: opt-in, and only with everything `shaders/matmul_coop.wgsl`
-        // relies on (see `WgpuConfig::cooperative_matrix`).
-        let coop_wanted = config.cooperative_matrix
-            || std::env::var("STREAMPOOL_WGPU_COOP_MATRIX").as_deref() == Ok("1");
+        // Cooperative matrices: by the setting, and only with everything `coop.rs` relies
+        // on (see `CoopMatrix`).
+        let coop_setting = match config.cooperative_matrix {
+            CoopMatrix::Auto => match std::env::var("STREAMPOOL_WGPU_COOP_MATRIX").as_deref() {
+                Ok("0") => CoopMatrix::Off,
+                Ok("1") => CoopMatrix::On,
+                Ok("emulate") => CoopMatrix::Emulated,
+                Ok(v) if !v.is_empty() => {
+                    return Err(Error::InvalidArgument(format!(
+                        "STREAMPOOL_WGPU_COOP_MATRIX={v:?}: expected 0, 1 or emulate"
+                    )))
+                }
+                _ => CoopMatrix::Auto,
+            },
+            other => other,
+        };
         let coop_features =
             wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP;
-        let coop = coop_wanted
-            && shader_f16
+        let coop_capable = shader_f16
             && adapter.features().contains(coop_features)
             && info.subgroup_min_size == 32
             && info.subgroup_max_size == 32
@@ -337,7 +273,28 @@ impl WgpuDevice {
                     && p.ab_type == wgpu::CooperativeScalarType::F16
                     && p.cr_type == wgpu::CooperativeScalarType::F32
             });
-        if coop {
+        let verified =
+            choice::coop_verified(info.vendor, info.backend, &info.name, choice::COOP_VERIFIED);
+        // Whether the kernels run, on matrix units (`Some(false)`) or emulated
+        // (`Some(true)`), and why, for `streampool check`.
+        let (coop, coop_use) = match coop_setting {
+            CoopMatrix::Off => (None, "off (setting)".to_string()),
+            CoopMatrix::Emulated if shader_f16 => (Some(true), "emulated (setting)".into()),
+            CoopMatrix::Emulated => (None, "off: emulation needs SHADER_F16".into()),
+            _ if !coop_capable => (
+                None,
+                "off: the adapter lacks 16x16x16 f16->f32 cooperative matrices, SHADER_F16 \
+                 or 32-wide SUBGROUP"
+                    .into(),
+            ),
+            CoopMatrix::On => (Some(false), "on (opted in)".into()),
+            _ if verified => (Some(false), "on (verified adapter)".into()),
+            _ => (
+                None,
+                "off: not verified on this adapter (STREAMPOOL_WGPU_COOP_MATRIX=1 opts in)".into(),
+            ),
+        };
+        if coop == Some(false) {
             required_features |= coop_features;
         }
         // Launch parameters in buffers the host maps directly, where the adapter allows it
@@ -358,7 +315,7 @@ impl WgpuDevice {
         } else if profile::mode() == profile::Mode::Gpu {
             profile::unsupported(&info.name);
         }
-        let gpu = opened::open(adapter, required_features, coop)?;
+        let gpu = opened::open(adapter, required_features, coop == Some(false))?;
         let name = format!("wgpu:{index} ({}, {:?})", info.name, info.backend);
         let wait_limit = match config.wait_limit {
             Some(d) => d,
@@ -420,13 +377,16 @@ impl WgpuDevice {
             Some(v) => v.parse().map_err(|_| {
                 Error::InvalidArgument(format!("STREAMPOOL_WGPU_MATMUL_GROUPS={v:?}"))
             })?,
-            None => kernels::DEFAULT_GROUPS,
+            None => choice::DEFAULT_GROUPS,
         };
-        let matmul = kernels::MatmulChoice {
+        let matmul = choice::MatmulChoice {
             forced,
             block,
             groups,
-            coop,
+            coop: coop.map(|emulate| choice::CoopChoice {
+                emulate,
+                workgroup_bytes: gpu.device.limits().max_compute_workgroup_storage_size,
+            }),
         };
         let coop_matrix = (
             adapter
@@ -460,6 +420,7 @@ impl WgpuDevice {
                     attention_tiled: var("STREAMPOOL_WGPU_ATTENTION").as_deref() != Some("token"),
                     loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
                     coop_matrix,
+                    coop_use,
                     keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
                     mapped_params,
                     submit_ramp: var("STREAMPOOL_WGPU_SUBMIT_RAMP").as_deref() != Some("0"),
@@ -546,20 +507,31 @@ impl Device {
                     } else {
                         format!("{batch} x {m}x{k}x{n}")
                     };
-                    let path = match kernels::matmul_kernel(&shared.matmul, half, batch, m, n) {
-                        kernels::MatmulPath::Simple => "16x16 tile, 1 output per invocation".into(),
-                        kernels::MatmulPath::Gemv => {
-                            "gemv, 8 columns per workgroup, K over 32 lanes".into()
+                    let vec = if k.is_multiple_of(4) && n.is_multiple_of(4) {
+                        "vec4 along K"
+                    } else {
+                        "scalar loads"
+                    };
+                    let path = match choice::matmul_kernel(&shared.matmul, half, batch, m, k, n) {
+                        choice::MatmulPath::Simple => "16x16 tile, 1 output per invocation".into(),
+                        choice::MatmulPath::Gemv => {
+                            let lanes = choice::gemv_lanes(batch, n, k);
+                            format!(
+                                "gemv, {} columns per workgroup, K over {lanes} lanes",
+                                256 / lanes
+                            )
                         }
-                        kernels::MatmulPath::Coop => {
-                            "cooperative matrices, 64x64 blocks of 16x16x16 f16 products".into()
-                        }
-                        kernels::MatmulPath::Blocked { bm, bn, bk } => {
-                            let vec = if k.is_multiple_of(4) && n.is_multiple_of(4) {
-                                "vec4 along K"
-                            } else {
-                                "scalar loads"
+                        choice::MatmulPath::Coop { bm, bn, bk } => {
+                            let emu = match shared.matmul.coop {
+                                Some(c) if c.emulate => " (emulated)",
+                                _ => "",
                             };
+                            format!(
+                                "cooperative matrices{emu}, {bm}x{bn} blocks, {bk}-deep slices, \
+                                 16x16x16 f16 products, {vec}"
+                            )
+                        }
+                        choice::MatmulPath::Blocked { bm, bn, bk } => {
                             format!(
                                 "blocked {bm}x{bn}x{bk}, {}x{} per invocation, {vec}",
                                 bm / 16,
@@ -579,6 +551,14 @@ impl Device {
     pub fn wgpu_cooperative_matrix(&self) -> Option<(bool, Vec<String>)> {
         let dev = self.backend().as_any().downcast_ref::<WgpuDevice>()?;
         Some(dev.shared.coop_matrix.clone())
+    }
+
+    /// Whether this wgpu device runs f16 matmuls on cooperative matrices, and why (`"on
+    /// (verified adapter)"`, `"off: not verified on this adapter ..."`); `None` for a device
+    /// of another backend. For `streampool check`.
+    pub fn wgpu_cooperative_matrix_use(&self) -> Option<String> {
+        let dev = self.backend().as_any().downcast_ref::<WgpuDevice>()?;
+        Some(dev.shared.coop_use.clone())
     }
 
     /// A new, separate streampool device (own pool, allocator, buffers and kernels) on the

@@ -93,10 +93,10 @@ pub(crate) fn open(
         required_features: features,
         // The adapter's own limits: the largest buffers and bindings it allows.
         required_limits: adapter.limits(),
-        // SAFETY: experimental features are only requested for an explicit opt-in
-        // (`WgpuConfig::cooperative_matrix`); wgpu's token acknowledges that they may have
-        // bugs. The one kernel that uses them is validated by naga in CI
-        // (tests/wgpu_coop_naga.rs).
+        // SAFETY: experimental features are only requested where the cooperative-matrix
+        // kernels run (`WgpuConfig::cooperative_matrix`: an opt-in, or an adapter they were
+        // verified on); wgpu's token acknowledges that they may have bugs. Every variant of
+        // those kernels is validated by naga in CI (tests/wgpu_naga.rs).
         experimental_features: if experimental {
             unsafe { wgpu::ExperimentalFeatures::enabled() }
         } else {

@@ -27,7 +27,8 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::kernels::{self, Pipelines};
+use super::kernels::Pipelines;
+use super::launch;
 use super::profile::{self, StreamTimer};
 use super::SharedRef;
 use crate::backend::{BackendEvent, BackendStream, DevicePtr};
@@ -425,9 +426,8 @@ impl Core {
 
 impl BackendStream for WgpuStream {
     fn fuses_matmul_bias(&self) -> bool {
-        // The FMA kernels add the bias in their epilogue (`shaders/epilogue.wgsl`); the
-        // cooperative-matrix kernel has none, so with it the bias stays a pass of its own.
-        !self.core().shared.matmul.coop
+        // Every matmul kernel adds the bias in its epilogue (`shaders/epilogue.wgsl`).
+        true
     }
 
     fn fuses_matmul_act(&self, _act: Activation) -> bool {
@@ -521,7 +521,7 @@ impl BackendStream for WgpuStream {
         let t = profile::now();
         // Bind groups and parameter buffers are made outside the stream's lock: threads on
         // different streams prepare their launches in parallel.
-        let Some(launch) = kernels::prepare(self.pipelines(), shared, &kernel)? else {
+        let Some(launch) = launch::prepare(self.pipelines(), shared, &kernel)? else {
             return Ok(()); // nothing to compute (an empty tensor)
         };
         profile::host_phase("launch: prepare (bind group, parameters)", t);
