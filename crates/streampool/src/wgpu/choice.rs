@@ -166,10 +166,14 @@ const GEMV_GROUPS: usize = 128;
 /// Adapters the cooperative-matrix kernels ran on, were checked against float64 and the
 /// real model's accuracy bounds, and beat the FMA kernels at the models' shapes: `(PCI
 /// vendor id, backend, a part of the adapter's name)`. `WgpuCoopMatrix::Auto` takes them
-/// only on these. Empty: the kernels of `coop.rs` (session 10) have not run on a GPU yet;
-/// after a device call that shows them correct and faster on the H100 through NVIDIA's
-/// Vulkan driver, its entry is `(0x10de, wgpu::Backend::Vulkan, "H100")`.
-pub(crate) const COOP_VERIFIED: &[(u32, wgpu::Backend, &str)] = &[];
+/// only on these. The H100 through NVIDIA's Vulkan driver (580.159.04), session 10
+/// (`bench/results/wgpu-2026-11-27-s10/`): the `streampool` wgpu suite 74/74 with the kernels
+/// on (alone and two at once), the real MiniLM f16 at min cosine 0.9999982 to
+/// sentence-transformers, and every MiniLM product shape 1.6-2.3x the FMA kernels (2048^3:
+/// 107.6 against 32.0 TFLOP/s). Another adapter (the H200 included) is added only after the
+/// same checks ran on it.
+pub(crate) const COOP_VERIFIED: &[(u32, wgpu::Backend, &str)] =
+    &[(0x10de, wgpu::Backend::Vulkan, "H100")];
 
 /// Whether the adapter `(vendor, backend, name)` is one of `verified`.
 pub(crate) fn coop_verified(
