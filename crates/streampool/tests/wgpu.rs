@@ -293,13 +293,7 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
     let mut seed = 0u64;
     let mut values = |len: usize| -> Vec<f32> {
         seed += 1;
-        (0..len as u64)
-            .map(|i| {
-                let h = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
-                ((h >> 40) % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
+        hashed(len, seed)
     };
     let shapes = [
         (1, 7, 65),
