@@ -346,18 +346,10 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                 }
                 let check_with = |what: &str, got: &Tensor, want: &[f64]| {
                     assert_eq!(got.dims(), &[batch, m, n], "{what}");
-                    let g = got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
-                    let err: f64 = g
-                        .iter()
-                        .zip(want)
-                        .map(|(g, w)| (*g as f64 - w).powi(2))
-                        .sum::<f64>()
-                        .sqrt();
-                    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt().max(1e-30);
+                    let e = rel_error(got, want);
                     assert!(
-                        err / norm <= tol,
-                        "tile {tile:?} {dt:?} {m}x{k}x{n} {what}: relative error {:.2e}",
-                        err / norm
+                        e <= tol,
+                        "tile {tile:?} {dt:?} {m}x{k}x{n} {what}: relative error {e:.2e}"
                     );
                 };
                 let check = |what: &str, got: &Tensor| check_with(what, got, &want);
