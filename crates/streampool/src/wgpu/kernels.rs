@@ -125,27 +125,35 @@ impl Which {
 pub(crate) struct Key {
     pub(crate) which: Which,
     pub(crate) half: bool,
-    /// The tile and layout of a [`Which::Blocked`] kernel; `None` for every other kernel.
-    pub(crate) spec: Option<blocked::Spec>,
-    /// The tile and layout of a [`Which::Coop`] kernel; `None` for every other kernel.
-    pub(crate) coop: Option<coop::Spec>,
+    /// The tile and layout of a [`Which::Blocked`] or [`Which::Coop`] kernel; `None` for
+    /// every other kernel.
+    pub(crate) generated: Option<Generated>,
+}
+
+/// The spec a generated matmul kernel is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Generated {
+    /// The register-blocked FMA kernel (`blocked.rs`).
+    Blocked(blocked::Spec),
+    /// The cooperative-matrix kernel (`coop.rs`).
+    Coop(coop::Spec),
 }
 
 impl Key {
     /// The kernel's label and complete WGSL source.
     pub(crate) fn wgsl(self) -> (String, String) {
         let (label, body, rows) = self.which.source();
-        let generated = match (self.spec, self.coop) {
-            (Some(s), _) => Some((s.label(), s.source())),
-            (_, Some(s)) => Some((s.label(), s.source())),
-            _ => None,
+        let generated = match self.generated {
+            Some(Generated::Blocked(s)) => Some((s.label(), s.source())),
+            Some(Generated::Coop(s)) => Some((s.label(), s.source())),
+            None => None,
         };
         let (label, body) = match &generated {
             Some((l, b)) => (l.as_str(), b.as_str()),
             None => (label, body),
         };
         // `enable` must come before every declaration.
-        let header = if self.coop.is_some_and(|c| !c.emulate) {
+        let header = if matches!(self.generated, Some(Generated::Coop(c)) if !c.emulate) {
             "enable f16;\nenable wgpu_cooperative_matrix;\nalias T = f16;\n"
         } else if self.half {
             "enable f16;\nalias T = f16;\n"
@@ -253,12 +261,11 @@ pub fn all_wgsl() -> Vec<(String, String)> {
                     for bn in [64, 128] {
                         for bk in [4, 8, 16, 32] {
                             for layout in [Layout::Generic, Layout::AlongK, Layout::BAlongN] {
-                                let spec = Some(Spec { bm, bn, bk, layout });
+                                let spec = Spec { bm, bn, bk, layout };
                                 keys.push(Key {
                                     which,
                                     half,
-                                    spec,
-                                    coop: None,
+                                    generated: Some(Generated::Blocked(spec)),
                                 });
                             }
                         }
@@ -270,18 +277,17 @@ pub fn all_wgsl() -> Vec<(String, String)> {
                         for bk in [16, 32] {
                             for layout in [Layout::Generic, Layout::AlongK, Layout::BAlongN] {
                                 for emulate in [false, true] {
-                                    let coop = Some(coop::Spec {
+                                    let spec = coop::Spec {
                                         bm,
                                         bn,
                                         bk,
                                         layout,
                                         emulate,
-                                    });
+                                    };
                                     keys.push(Key {
                                         which,
                                         half,
-                                        spec: None,
-                                        coop,
+                                        generated: Some(Generated::Coop(spec)),
                                     });
                                 }
                             }
@@ -292,8 +298,7 @@ pub fn all_wgsl() -> Vec<(String, String)> {
                 keys.push(Key {
                     which,
                     half,
-                    spec: None,
-                    coop: None,
+                    generated: None,
                 });
             }
         }
@@ -325,8 +330,7 @@ impl Pipelines {
         let key = Key {
             which,
             half,
-            spec: None,
-            coop: None,
+            generated: None,
         };
         let p = shared.kernels.get_or_build(key, || {
             key.build(&shared.device, &shared.name, shared.loop_bounding)
@@ -347,8 +351,7 @@ impl Pipelines {
         let key = Key {
             which: Which::Blocked,
             half,
-            spec: Some(spec),
-            coop: None,
+            generated: Some(Generated::Blocked(spec)),
         };
         shared.kernels.get_or_build(key, || {
             key.build(&shared.device, &shared.name, shared.loop_bounding)
@@ -361,8 +364,7 @@ impl Pipelines {
         let key = Key {
             which: Which::Coop,
             half: true,
-            spec: None,
-            coop: Some(spec),
+            generated: Some(Generated::Coop(spec)),
         };
         shared.kernels.get_or_build(key, || {
             key.build(&shared.device, &shared.name, shared.loop_bounding)
