@@ -399,19 +399,10 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                     Activation::Gelu,
                     Activation::GeluTanh,
                 ] {
-                    let f = |x: f64| match act {
-                        Activation::Identity => x,
-                        Activation::Relu => x.max(0.0),
-                        Activation::Gelu => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
-                        Activation::GeluTanh => {
-                            let c = (2.0 / std::f64::consts::PI).sqrt();
-                            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-                        }
-                    };
                     let want_act: Vec<f64> = want
                         .iter()
                         .enumerate()
-                        .map(|(e, w)| f(w + bv[e % n]))
+                        .map(|(e, w)| act_f64(act, w + bv[e % n]))
                         .collect();
                     let math = MatmulMath::Exact;
                     check_with(
@@ -482,19 +473,24 @@ fn reference_f16(
                 if let Some(b) = bias {
                     v += h(b[j]);
                 }
-                want[(bi * m + i) * n + j] = match act {
-                    Activation::Identity => v,
-                    Activation::Relu => v.max(0.0),
-                    Activation::Gelu => 0.5 * v * (1.0 + libm::erf(v / 2f64.sqrt())),
-                    Activation::GeluTanh => {
-                        let c = (2.0 / std::f64::consts::PI).sqrt();
-                        0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())
-                    }
-                };
+                want[(bi * m + i) * n + j] = act_f64(act, v);
             }
         }
     }
     want
+}
+
+/// `act` applied to `x` in float64 (GELU in its erf and its tanh form).
+fn act_f64(act: Activation, x: f64) -> f64 {
+    match act {
+        Activation::Identity => x,
+        Activation::Relu => x.max(0.0),
+        Activation::Gelu => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
+        Activation::GeluTanh => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }
+    }
 }
 
 /// Norm-relative error of `got` (any float dtype) against `want`.
