@@ -105,7 +105,8 @@ impl SentenceEmbedder {
     pub fn prompt(&self, name: &str) -> Result<&str> {
         self.prompts.get(name).map(String::as_str).ok_or_else(|| {
             Error::Input(format!(
-                "prompt_name {name:?} is not one of this model's prompts ({})",
+                "prompt_name {} is not one of this model's prompts ({})",
+                crate::Quoted(name),
                 if self.prompts.is_empty() {
                     "it has none".to_string()
                 } else {

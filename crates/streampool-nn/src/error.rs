@@ -61,6 +61,74 @@ pub enum Error {
     /// the message names the compute dtype and what to run instead.
     #[error("non-finite embeddings: {0}")]
     NonFinite(String),
+    /// An input has more tokens than the limit and is not to be truncated.
+    #[error("input of {tokens} tokens exceeds the maximum of {max} (not truncating)")]
+    InputTooLong {
+        /// Its tokens, special tokens included: exact when the whole input was read, else a
+        /// lower bound (only as much of an input is read as the limit needs).
+        tokens: TokenCount,
+        /// The limit, special tokens included.
+        max: usize,
+    },
+    /// An input is longer in bytes than the most a model of its token limit reads, and what
+    /// was read of it does not settle its tokens (it is refused rather than read further).
+    #[error(
+        "input of {bytes} bytes exceeds the maximum of {max} bytes read per input \
+         (its first {max} bytes hold fewer than the model's {max_tokens} tokens)"
+    )]
+    InputTooLarge {
+        /// The input's size.
+        bytes: usize,
+        /// The most bytes read per input.
+        max: usize,
+        /// The model's token limit.
+        max_tokens: usize,
+    },
+}
+
+/// A client-supplied value as an error message quotes it: `Debug`-quoted, and past
+/// [`Quoted::MAX_CHARS`] characters only its start and its size, so an error never echoes a
+/// megabyte back (or into a log).
+///
+/// ```
+/// use streampool_nn::Quoted;
+/// assert_eq!(Quoted("query").to_string(), "\"query\"");
+/// let long = "x".repeat(1 << 20);
+/// assert_eq!(Quoted(&long).to_string(), format!("\"{}\"... (1048576 bytes)", "x".repeat(40)));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Quoted<'a>(pub &'a str);
+
+impl Quoted<'_> {
+    /// The most characters quoted.
+    pub const MAX_CHARS: usize = 40;
+}
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.char_indices().nth(Self::MAX_CHARS) {
+            None => write!(f, "{:?}", self.0),
+            Some((end, _)) => write!(f, "{:?}... ({} bytes)", &self.0[..end], self.0.len()),
+        }
+    }
+}
+
+/// A token count that is exact, or a lower bound where only part of an input was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCount {
+    /// Exactly this many.
+    Exactly(usize),
+    /// More than this many.
+    MoreThan(usize),
+}
+
+impl std::fmt::Display for TokenCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenCount::Exactly(n) => write!(f, "{n}"),
+            TokenCount::MoreThan(n) => write!(f, "more than {n}"),
+        }
+    }
 }
 
 /// `Result` with [`Error`].

@@ -100,7 +100,7 @@ pub use bert::{BertInput, BertModel};
 pub use config::{BertConfig, Family};
 pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};
-pub use error::{Error, Result};
+pub use error::{Error, Quoted, Result, TokenCount};
 pub use layers::{
     AttentionInputs, AttentionMask, AttentionOptions, Embedding, LayerNorm, Linear, LinearParams,
     Mlp, MultiheadAttention, Norm, RmsNorm, Rotary, TransformerEncoderLayer,
@@ -112,7 +112,9 @@ pub use locate::{
 pub use packed::PackedInput;
 pub use streampool::Activation;
 pub use tasks::{Classifier, Reranker};
-pub use tokenizer::{BertTokenizer, TokenizePool, TOKENIZE_THREADS_ENV};
+pub use tokenizer::{
+    BertTokenizer, InputLimit, PairFirst, Prompt, TokenizePool, TOKENIZE_THREADS_ENV,
+};
 pub use weights::{HostTensor, WeightFile};
 
 // Models are shared across threads by design: fail the build if that ever stops holding.

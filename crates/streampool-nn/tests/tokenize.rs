@@ -296,3 +296,239 @@ fn spawned_jobs_hand_results_back_and_survive_panics() {
 fn pool_thread_name() -> String {
     std::thread::current().name().unwrap_or("").to_string()
 }
+
+/// The shipped tiny models whose tokenizers cover the pipelines the bounded reader meets:
+/// BERT's WordPiece (with the ASCII fast path), XLM-R's Metaspace and Unigram, Qwen3's
+/// byte-level BPE, MPNet's RoBERTa-style pair layout.
+const BOUNDED_MODELS: &[&str] = &["tiny-bert", "tiny-xlmr", "tiny-qwen3", "tiny-mpnet"];
+
+fn model_tokenizer_json(model: &str) -> serde_json::Value {
+    let path = tiny_bert_dir()
+        .parent()
+        .unwrap()
+        .join(model)
+        .join("tokenizer.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// `tokenizers` itself on whole texts and pairs: the reference the bounded reader must equal.
+struct WholeText {
+    /// No truncation, no padding.
+    raw: Tokenizer,
+    /// Truncated (longest first) to each limit the tests use.
+    truncating: std::collections::HashMap<usize, Tokenizer>,
+}
+
+impl WholeText {
+    fn new(json: &serde_json::Value, limits: &[usize]) -> Self {
+        let mut raw: Tokenizer = json.to_string().parse().unwrap();
+        raw.with_padding(None);
+        raw.with_truncation(None).unwrap();
+        let truncating = limits
+            .iter()
+            .map(|&max_length| {
+                let mut t = raw.clone();
+                t.with_truncation(Some(tokenizers::TruncationParams {
+                    max_length,
+                    ..Default::default()
+                }))
+                .unwrap();
+                (max_length, t)
+            })
+            .collect();
+        Self { raw, truncating }
+    }
+
+    /// The ids and type ids of the text or pair truncated to `max_tokens`, or `None` when it
+    /// is longer and not to be truncated.
+    fn encode(
+        &self,
+        max_tokens: usize,
+        truncate: bool,
+        first: &str,
+        second: Option<&str>,
+    ) -> Option<(Vec<i64>, Vec<i64>)> {
+        let input = || -> tokenizers::EncodeInput {
+            match second {
+                Some(b) => (first, b).into(),
+                None => first.into(),
+            }
+        };
+        let full = self.raw.encode(input(), true).unwrap();
+        if full.get_ids().len() > max_tokens && !truncate {
+            return None;
+        }
+        let e = self.truncating[&max_tokens].encode(input(), true).unwrap();
+        let widen = |v: &[u32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<_>>();
+        Some((widen(e.get_ids()), widen(e.get_type_ids())))
+    }
+}
+
+/// Long texts of every kind the reader must cut well: generated prose (ASCII and not), long
+/// whitespace runs, one enormous word, CJK without spaces, a character NFKC expands 18-fold,
+/// combining accents.
+fn long_texts(seed: u64, n: usize) -> Vec<String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let odd = [
+        " ".repeat(300),
+        "a".repeat(400),
+        "北京".repeat(150),
+        "\u{FDFA}".repeat(60),
+        "e\u{301}".repeat(120),
+        "\n\t ".repeat(50),
+    ];
+    (0..n)
+        .map(|_| {
+            let mut s = String::new();
+            while s.len() < 2500 && rng.gen_bool(0.95) {
+                if rng.gen_bool(0.15) {
+                    s.push_str(&odd[rng.gen_range(0..odd.len())]);
+                } else {
+                    let ascii = rng.gen_bool(0.5);
+                    s.push_str(&text(&mut rng, ascii));
+                }
+                s.push_str(GLUE[rng.gen_range(0..3)]);
+            }
+            s
+        })
+        .collect()
+}
+
+#[test]
+fn bounded_reading_equals_tokenizers_on_the_whole_text() {
+    use streampool_nn::InputLimit;
+    for model in BOUNDED_MODELS {
+        let json = model_tokenizer_json(model);
+        let tok = load(&json, 512);
+        let limits = [6, 9, 16, 41];
+        let reference = WholeText::new(&json, &limits);
+        for (i, t) in long_texts(7, 60).iter().enumerate() {
+            assert!(
+                t.len() < 4096,
+                "below the byte cap, so every answer is exact"
+            );
+            for max_tokens in limits {
+                for truncate in [true, false] {
+                    let limit = InputLimit::new(max_tokens, truncate);
+                    let want = reference.encode(max_tokens, truncate, t, None);
+                    match (tok.encode_ids_limited(t, &limit), want) {
+                        (Ok(got), Some((ids, _))) => {
+                            assert_eq!(got, ids, "{model} text {i} limit {max_tokens}: {t:?}")
+                        }
+                        (Err(streampool_nn::Error::InputTooLong { max, .. }), None) => {
+                            assert_eq!(max, max_tokens)
+                        }
+                        (got, want) => panic!(
+                            "{model} text {i} limit {max_tokens} truncate {truncate}: got \
+                             {got:?}, tokenizers {want:?}: {t:?}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pairs_read_their_first_text_once_and_equal_tokenizers() {
+    use streampool_nn::InputLimit;
+    for model in BOUNDED_MODELS {
+        let json = model_tokenizer_json(model);
+        let tok = load(&json, 512);
+        let texts = long_texts(11, 30);
+        let limits = [9, 16, 40];
+        let reference = WholeText::new(&json, &limits);
+        let queries = [&texts[0][..], "a short query", &texts[1][..], ""];
+        for q in queries {
+            for max_tokens in limits {
+                for truncate in [true, false] {
+                    let limit = InputLimit::new(max_tokens, truncate);
+                    let first = match tok.pair_first(q, &limit) {
+                        Ok(f) => f,
+                        Err(e) => panic!("{model}: reading the query {q:?}: {e}"),
+                    };
+                    for (i, t) in texts.iter().enumerate() {
+                        let want = reference.encode(max_tokens, truncate, q, Some(t));
+                        let got = tok.encode_pair_limited(&first, t, &limit);
+                        match (got, want) {
+                            (Ok(got), Some(want)) => assert_eq!(
+                                got, want,
+                                "{model} pair ({q:?}, text {i}) limit {max_tokens}"
+                            ),
+                            (Err(streampool_nn::Error::InputTooLong { .. }), None) => {}
+                            (got, want) => panic!(
+                                "{model} pair ({q:?}, text {i}) limit {max_tokens} truncate \
+                                 {truncate}: got {got:?}, tokenizers {want:?}"
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_prompt_read_once_equals_tokenizing_prompt_and_text() {
+    use streampool_nn::InputLimit;
+    for model in BOUNDED_MODELS {
+        let json = model_tokenizer_json(model);
+        let tok = load(&json, 512);
+        let texts = long_texts(13, 30);
+        let limits = [48, 96];
+        let reference = WholeText::new(&json, &limits);
+        for prompt in [
+            "query: ",
+            "Represent this sentence for searching:",
+            "passage:",
+            "北京 ",
+        ] {
+            for max_tokens in limits {
+                let limit = InputLimit::new(max_tokens, true);
+                let p = tok.prompt(prompt, &limit).unwrap();
+                for t in texts.iter().map(String::as_str).chain(["", "x", " y"]) {
+                    let joined = format!("{prompt}{t}");
+                    let (want, _) = reference.encode(max_tokens, true, &joined, None).unwrap();
+                    let got = tok.encode_with_prompt(Some(&p), t, &limit).unwrap();
+                    assert_eq!(got, want, "{model} prompt {prompt:?} text {t:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn past_the_byte_cap_nothing_more_is_read() {
+    use streampool_nn::{Error, InputLimit, TokenCount};
+    let tok = minilm(512);
+    let limit = InputLimit {
+        max_tokens: 16,
+        truncate: true,
+        max_bytes: 1000,
+    };
+    // 4 MB of spaces and one word: nothing past the first kilobyte is read.
+    let spaces = format!("{}word", " ".repeat(4 << 20));
+    assert_eq!(tok.encode_ids_limited(&spaces, &limit).unwrap(), [101, 102]);
+    let strict = InputLimit {
+        truncate: false,
+        ..limit
+    };
+    assert!(matches!(
+        tok.encode_ids_limited(&spaces, &strict),
+        Err(Error::InputTooLarge { bytes, max: 1000, max_tokens: 16 }) if bytes == spaces.len()
+    ));
+    // A long text that settles early is too long, with a lower bound for its count.
+    let long = "word ".repeat(1 << 20);
+    assert!(matches!(
+        tok.encode_ids_limited(&long, &strict),
+        Err(Error::InputTooLong {
+            tokens: TokenCount::MoreThan(16),
+            max: 16
+        })
+    ));
+    // A prompt that leaves no room, or ends in a long run read with every input, is refused.
+    assert!(tok.prompt(&"word ".repeat(20), &limit).is_err());
+    assert!(tok
+        .prompt(&format!("a{}", " ".repeat(300)), &limit)
+        .is_err());
+}

@@ -42,9 +42,17 @@ pub struct ServeConfig {
     pub max_seq_len: Option<usize>,
     /// Longer inputs are truncated to `max_seq_len` (`true`) or answered 400 (`false`).
     pub truncate: bool,
-    /// A request not answered within this time is answered 504 (a request still queued at
-    /// that point is never run).
+    /// A request not answered within this time of its arrival is answered 504: the time
+    /// counts reading its body, tokenizing and queueing, and work still pending for it then
+    /// (tokenization, a queued batch) is dropped.
     pub request_timeout: Duration,
+    /// The most bytes of one text input a text model reads. `None`: derived from the model's
+    /// token limit ([`streampool_nn::InputLimit::new`]: 32 bytes per token, 16 KiB for a
+    /// 512-token model), far above what natural text needs for that many tokens. Only as
+    /// much of an input is read as its token limit needs, so this bounds only texts of very
+    /// few tokens per byte (long whitespace runs, one enormous word): read to here, then
+    /// truncated as if they ended there, or refused (413) when not truncating.
+    pub max_input_bytes: Option<usize>,
     /// How long a graceful shutdown (SIGTERM, [`ServerHandle::shutdown`](crate::ServerHandle::shutdown))
     /// may take: after this, the requests still open are abandoned and shutdown returns
     /// [`Error::DrainTimeout`](crate::Error::DrainTimeout). Set it at least as long as
@@ -72,6 +80,7 @@ impl Default for ServeConfig {
             max_seq_len: None,
             truncate: false,
             request_timeout: Duration::from_secs(30),
+            max_input_bytes: None,
             drain_timeout: Duration::from_secs(30),
             // Continuous batching (no window), admission by capacity: the request timeout is
             // every request's deadline, so a request is shed only when its estimated queue
@@ -95,6 +104,7 @@ impl ServeConfig {
             ("max_inputs", self.max_inputs),
             ("max_elements", self.max_elements),
             ("max_seq_len", self.max_seq_len.unwrap_or(1)),
+            ("max_input_bytes", self.max_input_bytes.unwrap_or(1)),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(crate::Error::Config(format!("{name} must be at least 1")));

@@ -62,6 +62,10 @@ pub enum Error {
     /// The request was not answered within the configured timeout. Answered 504.
     #[error("request timed out: {0}")]
     Timeout(String),
+    /// Nobody waits for the answer any more (the client went away): the work stopped early.
+    /// Never sent to a client; counted as a 500 if it were.
+    #[error("the request was cancelled: its client went away")]
+    Cancelled,
     /// The model failed on the batch that held this request. Answered 500.
     #[error("{0}")]
     Internal(String),
@@ -119,6 +123,24 @@ impl From<&str> for Shed {
 pub(crate) fn retry_after_header(d: Duration) -> HeaderValue {
     let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     HeaderValue::from(secs.max(1))
+}
+
+/// The most bytes of an error message sent to a client. Messages quote client-supplied
+/// values (names, shapes, prompts) through [`streampool_nn::Quoted`]; this bounds whatever
+/// else a message might carry (a decoder's error about a huge value), so a request never
+/// gets its own megabyte echoed back, or written to a log.
+const MAX_MESSAGE_BYTES: usize = 512;
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] (at a character boundary), saying how long it was.
+pub(crate) fn bounded_message(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let mut end = MAX_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &message[..end], message.len())
 }
 
 /// Results of this crate.
@@ -184,9 +206,9 @@ impl Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         if self.status().is_server_error() {
-            tracing::warn!(error = %self, "request failed");
+            tracing::warn!(error = %bounded_message(self.to_string()), "request failed");
         }
-        self.respond_with(serde_json::json!({ "error": self.to_string() }))
+        self.respond_with(serde_json::json!({ "error": bounded_message(self.to_string()) }))
     }
 }
 

@@ -58,6 +58,7 @@
 mod auth;
 mod body;
 mod config;
+mod deadline;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -68,10 +69,12 @@ mod openai;
 mod server;
 mod state;
 mod tei;
+mod text;
 
 pub use auth::ApiKey;
 pub use body::Body;
 pub use config::ServeConfig;
+pub use deadline::Arrival;
 pub use error::{Error, Result, Shed};
 pub use metrics::Metrics;
 pub use models::{

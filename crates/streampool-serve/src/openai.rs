@@ -1,7 +1,6 @@
 //! `POST /v1/embeddings`, compatible with the OpenAI embeddings API.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -11,15 +10,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::body::Body;
+use crate::deadline::Arrival;
+use crate::error::bounded_message;
 use crate::metrics::{phase, Phase};
 use crate::models::ServedModel;
 use crate::state::AppState;
 use crate::{Error, Result};
-
-/// Texts longer than this in total are tokenized on the tokenization pool, not on the async
-/// workers. Up to here, a few microseconds of work (about 5 ns per byte of ASCII on the fast
-/// path, 250 ns per byte through `tokenizers`) costs less than the hand-off.
-const INLINE_TOKENIZE_BYTES: usize = 1 << 10;
+use streampool_nn::Quoted;
 
 #[derive(Deserialize)]
 struct EmbeddingsRequest {
@@ -40,14 +37,6 @@ struct EmbeddingsRequest {
     prompt: Option<String>,
 }
 
-/// `texts` with `prompt` prepended to each (no copy without one).
-pub(crate) fn with_prompt(texts: Vec<String>, prompt: Option<&str>) -> Vec<String> {
-    match prompt {
-        Some(p) if !p.is_empty() => texts.into_iter().map(|t| format!("{p}{t}")).collect(),
-        _ => texts,
-    }
-}
-
 /// An error in OpenAI's format: `{"error": {"message", "type", "param", "code"}}`.
 pub struct OpenAiError(pub Error);
 
@@ -65,11 +54,11 @@ impl IntoResponse for OpenAiError {
             "server_error"
         };
         if self.0.status().is_server_error() {
-            tracing::warn!(error = %self.0, "embeddings request failed");
+            tracing::warn!(error = %bounded_message(self.0.to_string()), "embeddings request failed");
         }
         self.0.respond_with(json!({
             "error": {
-                "message": self.0.to_string(),
+                "message": bounded_message(self.0.to_string()),
                 "type": kind,
                 "param": null,
                 "code": self.0.status().as_u16(),
@@ -87,9 +76,11 @@ impl IntoResponse for OpenAiError {
 /// special tokens and prompts included.
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
+    arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, OpenAiError> {
     phase(Phase::Read);
+    let deadline = arrival.deadline(state.config.request_timeout);
     let Body(body) = body?;
     let req: EmbeddingsRequest = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("malformed embeddings request: {e}")))?;
@@ -103,12 +94,17 @@ pub async fn embeddings(
     };
     let model = state.registry.get(&name)?;
     let ServedModel::Embedder(e) = &*model else {
-        return Err(Error::BadRequest(format!("model {name:?} is not an embedding model")).into());
+        return Err(Error::BadRequest(format!(
+            "model {} is not an embedding model",
+            Quoted(&name)
+        ))
+        .into());
     };
     if let Some(d) = req.dimensions {
         if d != e.dim() {
             return Err(Error::BadRequest(format!(
-                "dimensions {d} not supported: model {name:?} gives {}",
+                "dimensions {d} not supported: model {} gives {}",
+                Quoted(&name),
                 e.dim()
             ))
             .into());
@@ -119,7 +115,8 @@ pub async fn embeddings(
         Some("base64") => true,
         Some(other) => {
             return Err(Error::BadRequest(format!(
-                "encoding_format {other:?}: expected \"float\" or \"base64\""
+                "encoding_format {}: expected \"float\" or \"base64\"",
+                Quoted(other)
             ))
             .into())
         }
@@ -130,7 +127,8 @@ pub async fn embeddings(
     let ids = match input {
         Input::Texts(texts) => {
             check_count(&state, texts.len())?;
-            tokenize_all(&model, with_prompt(texts, prompt.as_deref()), None).await?
+            e.tokenize_texts(texts, prompt.as_deref(), e.truncates(), deadline)
+                .await?
         }
         Input::Tokens(rows) => {
             check_count(&state, rows.len())?;
@@ -147,7 +145,6 @@ pub async fn embeddings(
     };
     phase(Phase::Tokenize);
     let tokens: usize = ids.iter().map(Vec::len).sum();
-    let deadline = Instant::now() + state.config.request_timeout;
     let vectors = e.embed(ids, deadline).await?;
     phase(Phase::Queue);
     let data: Vec<Item> = vectors
@@ -286,33 +283,4 @@ fn check_count(state: &AppState, n: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Tokenizes `texts` with the embedder `model`: inline when short, else on the process's
-/// tokenization pool (the texts spread over its threads), awaited through a oneshot, so an
-/// async worker is never held for long. `truncate`: the request's choice, or `None` for the
-/// server's setting.
-pub(crate) async fn tokenize_all(
-    model: &Arc<ServedModel>,
-    texts: Vec<String>,
-    truncate: Option<bool>,
-) -> Result<Vec<Vec<i64>>> {
-    fn run(model: &ServedModel, texts: &[String], truncate: Option<bool>) -> Result<Vec<Vec<i64>>> {
-        match model {
-            ServedModel::Embedder(e) => e.tokenize_many(texts, truncate.unwrap_or(e.truncates())),
-            _ => Err(Error::BadRequest("not an embedding model".into())),
-        }
-    }
-    let bytes: usize = texts.iter().map(String::len).sum();
-    if bytes <= INLINE_TOKENIZE_BYTES {
-        return run(model, &texts, truncate);
-    }
-    let model = model.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    streampool_nn::TokenizePool::global().spawn(move || {
-        // The receiver is gone only if the request was dropped: nothing to answer.
-        let _ = tx.send(run(&model, &texts, truncate));
-    });
-    rx.await
-        .map_err(|_| Error::Internal("tokenizer task failed".into()))?
 }

@@ -65,6 +65,8 @@ pub fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
 }
 
 /// The layers every route of the server runs behind, outermost first:
+/// - each request is stamped with its arrival ([`Arrival`](crate::Arrival)): its
+///   [`ServeConfig::request_timeout`] counts from then;
 /// - a handler that panics answers 500 for its own request only (counted in
 ///   `streampool_http_panics_total`); the connection, the other requests and the server
 ///   go on;
@@ -105,6 +107,8 @@ pub fn harden(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
                 Error::Panicked(what).into_response()
             },
         ))
+        // Outermost: the request's deadline counts from here.
+        .layer(axum::middleware::from_fn(crate::deadline::stamp))
         .with_state(state)
 }
 

@@ -23,7 +23,6 @@
 //! | body not received within `body_timeout` | 408 | `validation` |
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -33,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::body::Body;
+use crate::deadline::Arrival;
 use crate::metrics::{phase, Phase};
 use crate::models::{ClassifierEndpoint, ServedModel};
 use crate::state::AppState;
@@ -66,7 +66,7 @@ impl TeiError {
         Self {
             status,
             error_type,
-            message: message.into(),
+            message: crate::error::bounded_message(message.into()),
             retry_after: None,
         }
     }
@@ -154,9 +154,11 @@ struct EmbedRequest {
 /// JSON list with one list of floats per input, in order.
 pub async fn embed(
     State(state): State<Arc<AppState>>,
+    arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
     phase(Phase::Read);
+    let deadline = arrival.deadline(state.config.request_timeout);
     let Body(body) = body?;
     let req: EmbedRequest = parse(&body, "embed")?;
     check_direction(req.truncation_direction.as_deref())?;
@@ -199,8 +201,7 @@ pub async fn embed(
     let ids = match input {
         crate::openai::Input::Texts(texts) => {
             check_batch_size(texts.len(), &state)?;
-            let texts = crate::openai::with_prompt(texts, prompt.as_deref());
-            crate::openai::tokenize_all(&model, texts, Some(truncate))
+            e.tokenize_texts(texts, prompt.as_deref(), truncate, deadline)
                 .await
                 .map_err(refused)?
         }
@@ -218,7 +219,6 @@ pub async fn embed(
         }
     };
     phase(Phase::Tokenize);
-    let deadline = Instant::now() + state.config.request_timeout;
     let normalize = req.normalize.unwrap_or(true);
     let vectors = e.embed_with(ids, normalize, deadline).await?;
     phase(Phase::Queue);
@@ -262,31 +262,6 @@ fn classifier(state: &AppState) -> std::result::Result<Arc<ServedModel>, TeiErro
     Ok(state.registry.get(name)?)
 }
 
-/// Tokenizes `(text, pair)` items on the tokenization pool (off the async workers), in
-/// order; the first refusal fails the request.
-async fn tokenize_items(
-    model: &Arc<ServedModel>,
-    items: Vec<Item>,
-    truncate: bool,
-) -> std::result::Result<Vec<(Vec<i64>, Vec<i64>)>, Error> {
-    let model = model.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    streampool_nn::TokenizePool::global().spawn(move || {
-        let ServedModel::Classifier(c) = &*model else {
-            let _ = tx.send(Err(Error::Internal("not a classifier".into())));
-            return;
-        };
-        let out = items
-            .iter()
-            .map(|(a, b)| c.tokenize(a, b.as_deref(), truncate))
-            .collect();
-        // The receiver is gone only if the request was dropped: nothing to answer.
-        let _ = tx.send(out);
-    });
-    rx.await
-        .map_err(|_| Error::Internal("tokenizer task failed".into()))?
-}
-
 /// Too long without truncation is TEI's 413 validation error; other refusals of an input
 /// are the tokenizer's (422).
 fn refused(e: Error) -> TeiError {
@@ -328,11 +303,13 @@ struct Rank {
 /// pairs go through the model's batch queue like any other inputs.
 pub async fn rerank(
     State(state): State<Arc<AppState>>,
+    arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
     phase(Phase::Read);
+    let deadline = arrival.deadline(state.config.request_timeout);
     let Body(body) = body?;
-    let req: RerankRequest = parse(&body, "rerank")?;
+    let mut req: RerankRequest = parse(&body, "rerank")?;
     check_direction(req.truncation_direction.as_deref())?;
     let model = classifier(&state)?;
     let c = as_classifier(&model)?;
@@ -352,16 +329,17 @@ pub async fn rerank(
     check_batch_size(req.texts.len(), &state)?;
     phase(Phase::Parse);
     let truncate = req.truncate.unwrap_or(c.truncates());
-    let items = req
-        .texts
-        .iter()
-        .map(|t| (req.query.clone(), Some(t.clone())))
-        .collect();
-    let tokens = tokenize_items(&model, items, truncate)
+    // The texts are needed again for `return_text` only.
+    let texts = if req.return_text {
+        req.texts.clone()
+    } else {
+        std::mem::take(&mut req.texts)
+    };
+    let tokens = c
+        .tokenize_ranked(&req.query, texts, truncate, deadline)
         .await
         .map_err(refused)?;
     phase(Phase::Tokenize);
-    let deadline = Instant::now() + state.config.request_timeout;
     let logits = c.logits(tokens, deadline).await?;
     phase(Phase::Queue);
     let mut ranks: Vec<Rank> = logits
@@ -396,7 +374,8 @@ fn parse<T: serde::de::DeserializeOwned>(
 fn check_direction(dir: Option<&str>) -> std::result::Result<(), TeiError> {
     match dir {
         Some(d) if !d.eq_ignore_ascii_case("right") => Err(TeiError::validation(format!(
-            "truncation_direction {d:?} is not supported: only \"right\""
+            "truncation_direction {} is not supported: only \"right\"",
+            streampool_nn::Quoted(d)
         ))),
         _ => Ok(()),
     }
@@ -469,9 +448,11 @@ fn predict_inputs(v: Value) -> std::result::Result<(Vec<Item>, bool), TeiError> 
 /// list of such lists, in order.
 pub async fn predict(
     State(state): State<Arc<AppState>>,
+    arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
     phase(Phase::Read);
+    let deadline = arrival.deadline(state.config.request_timeout);
     let Body(body) = body?;
     let req: PredictRequest = parse(&body, "predict")?;
     check_direction(req.truncation_direction.as_deref())?;
@@ -481,11 +462,11 @@ pub async fn predict(
     check_batch_size(items.len(), &state)?;
     phase(Phase::Parse);
     let truncate = req.truncate.unwrap_or(c.truncates());
-    let tokens = tokenize_items(&model, items, truncate)
+    let tokens = c
+        .tokenize_items(items, truncate, deadline)
         .await
         .map_err(refused)?;
     phase(Phase::Tokenize);
-    let deadline = Instant::now() + state.config.request_timeout;
     let logits = c.logits(tokens, deadline).await?;
     phase(Phase::Queue);
     let labels = c.labels();
@@ -519,12 +500,13 @@ pub async fn predict(
 /// embedder is served, else `/predict` (`huggingface_hub`'s `InferenceClient` posts here).
 pub async fn root(
     state: State<Arc<AppState>>,
+    arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
     if state.registry.first_embedder().is_none() && state.registry.first_classifier().is_some() {
-        return predict(state, body).await;
+        return predict(state, arrival, body).await;
     }
-    embed(state, body).await
+    embed(state, arrival, body).await
 }
 
 /// `GET /info`: TEI's model and router facts for the first embedder (or, serving none, the

@@ -101,6 +101,13 @@ pub struct Args {
     /// Truncate longer inputs to --max-seq-len instead of answering 400.
     #[arg(long)]
     truncate: bool,
+    /// Most bytes of one text input read [default: 32 per token of the model's limit, 16 KiB
+    /// for 512 tokens]. Only as much of an input is read as its token limit needs, so this
+    /// bounds only texts of very few tokens per byte (long whitespace runs, one enormous
+    /// word): read this far, then truncated as if they ended there (--truncate) or refused
+    /// with 413.
+    #[arg(long, value_name = "BYTES")]
+    max_input_bytes: Option<usize>,
     /// Most inputs (sentences, rows) per batch. Batching is continuous: a free worker runs
     /// whatever is queued at once, and batches grow only while the workers are busy.
     #[arg(long, default_value_t = 256)]
@@ -226,6 +233,7 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
         max_seq_len: args.max_seq_len,
         truncate: args.truncate,
         request_timeout: Duration::try_from_secs_f64(args.timeout_s).context("--timeout-s")?,
+        max_input_bytes: args.max_input_bytes,
         drain_timeout: Duration::try_from_secs_f64(args.drain_timeout_secs)
             .context("--drain-timeout-secs")?,
         batch: BatchConfig {

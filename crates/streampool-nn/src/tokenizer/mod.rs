@@ -5,6 +5,7 @@
 
 mod ascii;
 mod batch;
+mod bounded;
 mod pool;
 
 use std::path::Path;
@@ -18,6 +19,7 @@ use tokenizers::{
 use crate::{BertInput, Error, Result};
 use ascii::{AsciiWordPiece, Scratch};
 use batch::{Padding, Rows};
+pub use bounded::{InputLimit, PairFirst, Prompt};
 pub use pool::{TokenizePool, TOKENIZE_THREADS_ENV};
 
 /// Batches whose texts hold fewer bytes than this are tokenized on the calling thread: on
@@ -53,6 +55,12 @@ pub struct BertTokenizer {
     /// `inner` without padding (a single `encode` pads too when `pad_to_multiple_of` is
     /// set): texts the fast path does not take, one at a time.
     unpadded: Tokenizer,
+    /// `unpadded` without truncation either: the content tokens of a text, all of them (for
+    /// [`InputLimit`]'s bounded reading, which truncates by its own limit).
+    raw: Tokenizer,
+    /// The special tokens a single sequence gets before and after its content, when the
+    /// post-processor adds them that simply (see `special_layout`).
+    layout: Option<(Vec<u32>, Vec<u32>)>,
     max_len: usize,
     fast: Option<Fast>,
     padding: Padding,
@@ -115,10 +123,13 @@ impl BertTokenizer {
             .map_err(|e| Error::Tokenizer(format!("truncation to {max_len}: {e}")))?;
         let mut unpadded = inner.clone();
         unpadded.with_padding(None);
+        let mut raw = unpadded.clone();
+        raw.with_truncation(None)
+            .map_err(|e| Error::Tokenizer(format!("removing truncation: {e}")))?;
 
         let layout = special_layout(&inner);
         let typed = layout.is_none() || padding.pad_type_id != 0;
-        let fast = layout.and_then(|(prefix, suffix)| {
+        let fast = layout.clone().and_then(|(prefix, suffix)| {
             let simple =
                 truncation.stride == 0 && truncation.strategy != TruncationStrategy::OnlySecond;
             simple.then_some(())?;
@@ -133,6 +144,8 @@ impl BertTokenizer {
         Ok(Self {
             inner,
             unpadded,
+            raw,
+            layout,
             max_len,
             fast,
             padding: Padding {

@@ -12,6 +12,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::body::Body;
+use crate::deadline::Arrival;
 use crate::models::{ClassifierEndpoint, EmbedderEndpoint, ServedModel, TensorEndpoint};
 use crate::state::AppState;
 use crate::{Error, Result};
@@ -110,7 +111,8 @@ fn check_version(version: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::NotFound(format!(
-            "unknown model version {version:?} (only \"1\")"
+            "unknown model version {} (only \"1\")",
+            streampool_nn::Quoted(version)
         )))
     }
 }
@@ -119,9 +121,11 @@ fn check_version(version: &str) -> Result<()> {
 pub async fn infer(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
+    arrival: Arrival,
     headers: HeaderMap,
     body: std::result::Result<Body, Error>,
 ) -> Result<Response> {
+    let deadline = arrival.deadline(state.config.request_timeout);
     let Body(body) = body?;
     let model = state.registry.get(&name)?;
     let header_len = headers.get(HEADER_LENGTH).and_then(|v| v.to_str().ok());
@@ -129,7 +133,6 @@ pub async fn infer(
     let req: InferRequest = serde_json::from_slice(json_part)
         .map_err(|e| Error::BadRequest(format!("malformed inference request: {e}")))?;
     let inputs = tensors::decode_inputs(&req, binary, state.config.max_elements)?;
-    let deadline = Instant::now() + state.config.request_timeout;
     let outputs = match &*model {
         ServedModel::Embedder(e) => {
             // Request parameters `prompt_name` / `prompt`, as sentence-transformers' encode.
@@ -138,12 +141,13 @@ pub async fn infer(
                     None => Ok(None),
                     Some(Value::String(s)) => Ok(Some(s.as_str())),
                     Some(other) => Err(Error::BadRequest(format!(
-                        "parameter {key:?} must be a string, got {other}"
+                        "parameter {key:?} must be a string, got {}",
+                        streampool_nn::Quoted(&other.to_string())
                     ))),
                 }
             };
             let prompt = e.prompt(text_param("prompt_name")?, text_param("prompt")?)?;
-            infer_embedder(&state, e, &model, inputs, prompt, deadline).await?
+            infer_embedder(&state, e, inputs, prompt, deadline).await?
         }
         ServedModel::Classifier(c) => infer_classifier(&state, c, inputs, deadline).await?,
         ServedModel::Tensor(t) => infer_tensor(&state, t, inputs, deadline).await?,
@@ -174,11 +178,12 @@ pub async fn infer(
 pub async fn infer_version(
     state: State<Arc<AppState>>,
     Path((name, version)): Path<(String, String)>,
+    arrival: Arrival,
     headers: HeaderMap,
     body: std::result::Result<Body, Error>,
 ) -> Result<Response> {
     check_version(&version)?;
-    infer(state, Path(name), headers, body).await
+    infer(state, Path(name), arrival, headers, body).await
 }
 
 /// The outputs the request asked for (all when it names none), each flagged binary or not.
@@ -194,10 +199,9 @@ fn select_outputs(req: &InferRequest, outputs: Vec<Output>) -> Result<Vec<(Outpu
     wanted
         .iter()
         .map(|w| {
-            let at = all
-                .iter()
-                .position(|o| o.name == w.name)
-                .ok_or_else(|| Error::BadRequest(format!("unknown output {:?}", w.name)))?;
+            let at = all.iter().position(|o| o.name == w.name).ok_or_else(|| {
+                Error::BadRequest(format!("unknown output {}", streampool_nn::Quoted(&w.name)))
+            })?;
             Ok((
                 all.swap_remove(at),
                 wants_binary(&w.parameters, "binary_data"),
@@ -264,7 +268,6 @@ fn texts_of(state: &AppState, text: Input) -> Result<Vec<String>> {
 async fn infer_embedder(
     state: &AppState,
     e: &EmbedderEndpoint,
-    model: &Arc<ServedModel>,
     mut inputs: Vec<Input>,
     prompt: Option<String>,
     deadline: Instant,
@@ -274,8 +277,8 @@ async fn infer_embedder(
     let ids = if let Some(text) = take_input(&mut inputs, "text") {
         no_extra_inputs(&inputs, EXPECTED)?;
         let texts = texts_of(state, text)?;
-        let texts = crate::openai::with_prompt(texts, prompt.as_deref());
-        crate::openai::tokenize_all(model, texts, None).await?
+        e.tokenize_texts(texts, prompt.as_deref(), e.truncates(), deadline)
+            .await?
     } else if let Some(input_ids) = take_input(&mut inputs, "input_ids") {
         let mask = take_input(&mut inputs, "attention_mask");
         no_extra_inputs(&inputs, EXPECTED)?;
@@ -306,10 +309,8 @@ async fn infer_classifier(
     no_extra_inputs(&inputs, EXPECTED)?;
     let texts = texts_of(state, text)?;
     let rows = texts.len();
-    let tokenized = texts
-        .iter()
-        .map(|t| c.tokenize(t, None, c.truncates()))
-        .collect::<Result<Vec<_>>>()?;
+    let items = texts.into_iter().map(|t| (t, None)).collect();
+    let tokenized = c.tokenize_items(items, c.truncates(), deadline).await?;
     let logits = c.logits(tokenized, deadline).await?;
     Ok(vec![Output {
         name: "logits".into(),

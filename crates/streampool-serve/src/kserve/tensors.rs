@@ -208,7 +208,7 @@ pub fn decode_inputs(
 }
 
 fn bad(input: &str, msg: String) -> Error {
-    Error::BadRequest(format!("input {input:?}: {msg}"))
+    Error::BadRequest(format!("input {}: {msg}", streampool_nn::Quoted(input)))
 }
 
 fn decode_json(name: &str, datatype: &str, value: &Value, count: usize) -> Result<Data> {

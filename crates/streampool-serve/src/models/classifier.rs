@@ -3,12 +3,14 @@
 //! each other and with single texts, as sentences do for an embedder.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use streampool::Device;
 use streampool_batch::{BatchContext, BatchModel, ModelError, Replicas};
-use streampool_nn::{BertInput, BertTokenizer, Classifier};
+use streampool_nn::{BertInput, Classifier};
 
-use super::{RowOutput, TextLimits};
+use super::RowOutput;
+use crate::text::{self, refusal, TextLimits};
 use crate::{Error, Result, ServeConfig};
 
 /// One request of a classifier's queue: a tokenized text or pair (ids with special tokens,
@@ -88,7 +90,7 @@ impl BatchModel for ClassifyBatch {
 
 /// One served classifier: its length limit and tokenizers, and its replicas.
 pub struct ClassifierEndpoint {
-    limits: TextLimits,
+    limits: Arc<TextLimits>,
     labels: Vec<String>,
     replicas: Replicas<ClassifyBatch>,
 }
@@ -111,7 +113,7 @@ impl ClassifierEndpoint {
                 "replicas of one classifier differ in labels".into(),
             ));
         }
-        let limits = TextLimits::new(first.tokenizer(), config)?;
+        let limits = TextLimits::new(first.tokenizer(), config);
         let batch = limits.batch_config(config);
         let replicas = Replicas::new(
             classifiers
@@ -121,7 +123,7 @@ impl ClassifierEndpoint {
         )
         .map_err(Error::Batch)?;
         Ok(Self {
-            limits,
+            limits: Arc::new(limits),
             labels: first.labels().to_vec(),
             replicas,
         })
@@ -147,24 +149,63 @@ impl ClassifierEndpoint {
         &self.replicas
     }
 
-    /// Tokenizes a text (`second` `None`) or a pair, truncated or refused when longer than
-    /// `max_seq_len` as `truncate` says.
+    /// Tokenizes a text (`second` `None`) or a pair, truncated (longest first for a pair) or
+    /// refused when longer than `max_seq_len` as `truncate` says: its ids and token type ids.
+    /// Only as much of each text is read as the limit needs (see
+    /// [`streampool_nn::InputLimit`]).
     pub fn tokenize(
         &self,
         first: &str,
         second: Option<&str>,
         truncate: bool,
     ) -> Result<(Vec<i64>, Vec<i64>)> {
-        let encode = |tok: &BertTokenizer| {
-            let input = match second {
-                Some(s) => tok.encode_pairs(&[(first, s)]),
-                None => tok.encode_batch_general(&[first]),
-            }
-            .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))?;
-            Ok((input.input_ids().to_vec(), input.token_type_ids().to_vec()))
-        };
-        self.limits
-            .tokenize(truncate, encode, |(ids, _): &(Vec<i64>, _)| ids.len())
+        tokenize_item(&self.limits, first, second, truncate)
+    }
+
+    /// Tokenizes a request's texts and pairs (see [`ClassifierEndpoint::tokenize`]) in order;
+    /// the first refusal fails the request. Large requests run on the tokenization pool and
+    /// stop early at `deadline` or when the request is dropped (see the `text` module).
+    pub async fn tokenize_items(
+        &self,
+        items: Vec<(String, Option<String>)>,
+        truncate: bool,
+        deadline: Instant,
+    ) -> Result<Vec<(Vec<i64>, Vec<i64>)>> {
+        let bytes: usize = items
+            .iter()
+            .map(|(a, b)| a.len() + b.as_ref().map_or(0, String::len))
+            .sum();
+        let limits = self.limits.clone();
+        text::tokenize(items, bytes, deadline, move |(a, b)| {
+            tokenize_item(&limits, a, b.as_deref(), truncate)
+        })
+        .await
+    }
+
+    /// Tokenizes `(query, text)` for each of `texts`, the query read once for all of them
+    /// (a reranker's request), as [`ClassifierEndpoint::tokenize_items`] does.
+    pub async fn tokenize_ranked(
+        &self,
+        query: &str,
+        texts: Vec<String>,
+        truncate: bool,
+        deadline: Instant,
+    ) -> Result<Vec<(Vec<i64>, Vec<i64>)>> {
+        let limit = self.limits.limit(truncate);
+        let first = self
+            .limits
+            .tokenizer
+            .pair_first(query, &limit)
+            .map_err(refusal)?;
+        let bytes: usize = texts.iter().map(String::len).sum();
+        let limits = self.limits.clone();
+        text::tokenize(texts, bytes, deadline, move |t| {
+            limits
+                .tokenizer
+                .encode_pair_limited(&first, t, &limit)
+                .map_err(refusal)
+        })
+        .await
     }
 
     /// Logits of tokenized inputs through the replicas, all submitted before any is awaited.
@@ -179,4 +220,22 @@ impl ClassifierEndpoint {
             .collect();
         super::run_rows(&self.replicas, requests, deadline)
     }
+}
+
+/// One text or pair under `limits`: its ids and token type ids.
+fn tokenize_item(
+    limits: &TextLimits,
+    first: &str,
+    second: Option<&str>,
+    truncate: bool,
+) -> Result<(Vec<i64>, Vec<i64>)> {
+    let limit = limits.limit(truncate);
+    let tok = &limits.tokenizer;
+    match second {
+        Some(b) => tok
+            .pair_first(first, &limit)
+            .and_then(|a| tok.encode_pair_limited(&a, b, &limit)),
+        None => tok.encode_typed_limited(first, &limit),
+    }
+    .map_err(refusal)
 }

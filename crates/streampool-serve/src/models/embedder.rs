@@ -1,14 +1,17 @@
 //! A sentence embedder served through one batch queue per replica: tokenization per request,
 //! one batched forward per batch.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use streampool::Device;
 use streampool_batch::{BatchContext, BatchModel, ModelError, Replicas};
 use streampool_nn::pooling::{l2_normalize, PoolingMode};
-use streampool_nn::{BertInput, SentenceEmbedder, TokenizePool};
+use streampool_nn::{BertInput, Prompt, SentenceEmbedder};
 
-use super::{RowOutput, TextLimits};
+use super::RowOutput;
+use crate::text::{self, refusal, TextLimits};
 use crate::{Error, Result, ServeConfig};
 
 /// One request of an embedder's queue: a tokenized sentence (ids with special tokens) and
@@ -105,7 +108,9 @@ impl BatchModel for EmbedBatch {
 /// One served sentence-embedding model: tokenizers for counting and truncating, and its
 /// replicas (one batch queue each) that requests are routed to.
 pub struct EmbedderEndpoint {
-    limits: TextLimits,
+    limits: Arc<TextLimits>,
+    /// The model's own prompts by text, read once at start-up (see [`Prompt`]).
+    prompts: BTreeMap<String, Arc<Prompt>>,
     vocab_size: usize,
     dim: usize,
     /// The first replica's embedder (its prompts and pooling, which replicas share).
@@ -139,8 +144,20 @@ impl EmbedderEndpoint {
                     .into(),
             ));
         }
-        let limits = TextLimits::new(embedder.tokenizer(), config)?;
+        let limits = TextLimits::new(embedder.tokenizer(), config);
         let batch = limits.batch_config(config);
+        let prompts = embedder
+            .prompts()
+            .values()
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let read = limits
+                    .tokenizer
+                    .prompt(p, &limits.limit(true))
+                    .map_err(|e| Error::Config(format!("the model's prompt: {e}")))?;
+                Ok((p.clone(), Arc::new(read)))
+            })
+            .collect::<Result<_>>()?;
         let vocab_size = embedder.model().config().vocab_size;
         let dim = embedder.dim();
         let first = embedder.clone();
@@ -152,7 +169,8 @@ impl EmbedderEndpoint {
         )
         .map_err(Error::Batch)?;
         Ok(Self {
-            limits,
+            limits: Arc::new(limits),
+            prompts,
             vocab_size,
             dim,
             embedder: first,
@@ -209,20 +227,43 @@ impl EmbedderEndpoint {
         self.tokenize_with(text, self.limits.truncate)
     }
 
-    /// [`EmbedderEndpoint::tokenize`] with the request's own choice to truncate.
+    /// [`EmbedderEndpoint::tokenize`] with the request's own choice to truncate. Only as
+    /// much of `text` is read as the limit needs (see [`streampool_nn::InputLimit`]).
     pub fn tokenize_with(&self, text: &str, truncate: bool) -> Result<Vec<i64>> {
-        let encode = |tok: &streampool_nn::BertTokenizer| {
-            tok.encode_ids(text)
-                .map_err(|e| Error::BadRequest(format!("tokenizing: {e}")))
-        };
-        self.limits.tokenize(truncate, encode, Vec::len)
+        self.limits
+            .tokenizer
+            .encode_ids_limited(text, &self.limits.limit(truncate))
+            .map_err(refusal)
     }
 
-    /// [`EmbedderEndpoint::tokenize_with`] for every text, in order; the first error (in
-    /// text order) fails the whole request. Spread over the tokenization pool's threads
-    /// when called on one of them (as the server does for large requests), else serial.
-    pub fn tokenize_many(&self, texts: &[String], truncate: bool) -> Result<Vec<Vec<i64>>> {
-        TokenizePool::global().map(texts, |t| self.tokenize_with(t, truncate))
+    /// Tokenizes a request's texts, `prompt` prepended to each (read once for all of them,
+    /// see [`Prompt`]), in order; the first refusal (in text order) fails the request. Large
+    /// requests run on the tokenization pool and stop early at `deadline` or when the
+    /// request is dropped (see the `text` module).
+    pub async fn tokenize_texts(
+        &self,
+        texts: Vec<String>,
+        prompt: Option<&str>,
+        truncate: bool,
+        deadline: Instant,
+    ) -> Result<Vec<Vec<i64>>> {
+        let limit = self.limits.limit(truncate);
+        let prompt = match prompt.filter(|p| !p.is_empty()) {
+            None => None,
+            Some(p) => Some(match self.prompts.get(p) {
+                Some(read) => read.clone(),
+                None => Arc::new(self.limits.tokenizer.prompt(p, &limit).map_err(refusal)?),
+            }),
+        };
+        let bytes: usize = texts.iter().map(String::len).sum();
+        let limits = self.limits.clone();
+        text::tokenize(texts, bytes, deadline, move |t| {
+            limits
+                .tokenizer
+                .encode_with_prompt(prompt.as_deref(), t, &limit)
+                .map_err(refusal)
+        })
+        .await
     }
 
     /// Checks (and maybe truncates, as the server's `truncate` setting says) a sequence of

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use streampool::{Device, DeviceKind};
-use streampool_batch::{BatchConfig, BatchModel, ReplicaStats, Replicas, StatsSnapshot};
-use streampool_nn::{BertTokenizer, Classifier, SentenceEmbedder};
+use streampool_batch::{BatchModel, ReplicaStats, Replicas, StatsSnapshot};
+use streampool_nn::{Classifier, SentenceEmbedder};
 
 pub use classifier::ClassifierEndpoint;
 pub use embedder::EmbedderEndpoint;
@@ -217,10 +217,9 @@ impl Registry {
 
     /// The model named `name`, or 404.
     pub fn get(&self, name: &str) -> Result<Arc<ServedModel>> {
-        self.models
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("unknown model {name:?}")))
+        self.models.get(name).cloned().ok_or_else(|| {
+            Error::NotFound(format!("unknown model {}", streampool_nn::Quoted(name)))
+        })
     }
 
     /// Every model, by name.
@@ -282,82 +281,6 @@ async fn run_all_inner<M: BatchModel>(
     tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), collect)
         .await
         .map_err(|_| Error::Timeout("no answer before the request timeout".into()))?
-}
-
-/// Bucket lengths for token sequences: short inputs are not batched with (and padded to)
-/// long ones.
-const BUCKETS: [usize; 6] = [16, 32, 64, 128, 256, 512];
-
-/// The length limit of a text model's endpoint (embedder or classifier), and the two
-/// tokenizers that apply it: one counts every token, so an over-long input is seen as such,
-/// and one truncates (to `max_seq_len`, longest first for pairs), used only for inputs found
-/// too long when truncating.
-struct TextLimits {
-    full: BertTokenizer,
-    truncating: BertTokenizer,
-    max_seq_len: usize,
-    truncate: bool,
-}
-
-impl TextLimits {
-    /// Limits for a model whose tokenizer is `tokenizer` under `config` (its `max_seq_len`,
-    /// never above the model's own, and its `truncate` default). The endpoint's tokenizers are
-    /// the model's own with other limits: its fast path and the results of `tokenizers`, as
-    /// the model tokenizes in process.
-    fn new(tokenizer: &BertTokenizer, config: &ServeConfig) -> Result<Self> {
-        let model_max = tokenizer.max_len();
-        let max_seq_len = config.max_seq_len.unwrap_or(model_max).min(model_max);
-        let with_limit = |max_len| {
-            BertTokenizer::new(tokenizer.inner().clone(), max_len)
-                .map_err(|e| Error::Config(format!("tokenizer: {e}")))
-        };
-        Ok(Self {
-            full: with_limit(usize::MAX)?,
-            truncating: with_limit(max_seq_len)?,
-            max_seq_len,
-            truncate: config.truncate,
-        })
-    }
-
-    /// `config`'s batch settings with length buckets up to `max_seq_len`.
-    fn batch_config(&self, config: &ServeConfig) -> BatchConfig {
-        let mut buckets: Vec<usize> = BUCKETS
-            .into_iter()
-            .filter(|&b| b < self.max_seq_len)
-            .collect();
-        buckets.push(self.max_seq_len);
-        BatchConfig {
-            buckets,
-            ..config.batch.clone()
-        }
-    }
-
-    /// Tokenizes with `encode` (whose `len` is its token count): as is when it fits, else
-    /// truncated when `truncate`, else refused.
-    fn tokenize<T>(
-        &self,
-        truncate: bool,
-        encode: impl Fn(&BertTokenizer) -> Result<T>,
-        len: impl Fn(&T) -> usize,
-    ) -> Result<T> {
-        let all = encode(&self.full)?;
-        let n = len(&all);
-        if n <= self.max_seq_len {
-            Ok(all)
-        } else if truncate {
-            encode(&self.truncating)
-        } else {
-            Err(self.too_long(n))
-        }
-    }
-
-    /// The refusal of an input of `n` tokens when not truncating.
-    fn too_long(&self, n: usize) -> Error {
-        Error::InputTooLong(format!(
-            "input of {n} tokens exceeds the maximum of {} (not truncating)",
-            self.max_seq_len
-        ))
-    }
 }
 
 /// One request's output row of a text model, or why it has none: a non-finite row (e.g. a
