@@ -30,6 +30,25 @@ pub struct ServeConfig {
     /// it the request is answered 408 and its connection closed, so a slow or stalled client
     /// holds no memory or task for long.
     pub body_timeout: Duration,
+
+    // Connections: how long a connection may sit without a request, and how many may be open.
+    /// How long a client may take to send a request's headers, counted from the connection's
+    /// accept for its first request and from the first byte of each later one; past it the
+    /// connection is closed without an answer (a client trickling its headers, or a
+    /// connection opened and never used, holds a socket for at most this long).
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may stay idle between an answer and the next
+    /// request before it is closed. Behind a load balancer that reuses connections, keep it
+    /// longer than the balancer's own idle timeout, so the balancer never sends a request
+    /// on a connection the server is closing.
+    pub keep_alive_timeout: Duration,
+    /// Most connections open at once. Past it a new connection is answered `503` with
+    /// `Retry-After` and `Connection: close` (see [`Server::start`](crate::Server::start)),
+    /// and the connections already open are served as before. Keep it below the process's
+    /// open-file limit (`RLIMIT_NOFILE`) less a margin for the process's other files, so
+    /// that accepting never fails for want of a descriptor.
+    pub max_connections: usize,
+
     /// When set, every inference and model route requires `Authorization: Bearer <key>`
     /// (what the OpenAI, TEI and Triton clients send); others are answered 401. The health
     /// probes (`/v2/health/*`, `/health`) stay open, and `/metrics` too unless
@@ -75,6 +94,15 @@ impl Default for ServeConfig {
             // 16 MiB of FP32: four times what the default body limit can carry in binary.
             max_elements: 4 << 20,
             body_timeout: Duration::from_secs(30),
+            // A client that sends a request at all sends its headers in well under a second;
+            // ten leaves room for a slow link.
+            header_read_timeout: Duration::from_secs(10),
+            // nginx's default, longer than the 60 s idle timeout of the common balancers.
+            keep_alive_timeout: Duration::from_secs(75),
+            // Well below the open-file limit a server is given in practice (the CLI raises
+            // its soft limit to the hard limit, often 65,536 or more), and enough for a
+            // balancer's pool and many direct clients.
+            max_connections: 4096,
             api_key: None,
             protect_metrics: false,
             max_seq_len: None,
@@ -103,6 +131,7 @@ impl ServeConfig {
             ("max_body_bytes", self.max_body_bytes),
             ("max_inputs", self.max_inputs),
             ("max_elements", self.max_elements),
+            ("max_connections", self.max_connections),
             ("max_seq_len", self.max_seq_len.unwrap_or(1)),
             ("max_input_bytes", self.max_input_bytes.unwrap_or(1)),
         ];
@@ -116,6 +145,16 @@ impl ServeConfig {
         }
         if self.body_timeout.is_zero() {
             return Err(crate::Error::Config("body_timeout must be positive".into()));
+        }
+        if self.header_read_timeout.is_zero() {
+            return Err(crate::Error::Config(
+                "header_read_timeout must be positive".into(),
+            ));
+        }
+        if self.keep_alive_timeout.is_zero() {
+            return Err(crate::Error::Config(
+                "keep_alive_timeout must be positive".into(),
+            ));
         }
         if self.drain_timeout.is_zero() {
             return Err(crate::Error::Config(

@@ -58,6 +58,7 @@
 mod auth;
 mod body;
 mod config;
+mod connections;
 mod deadline;
 mod error;
 #[doc(hidden)]

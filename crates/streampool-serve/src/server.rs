@@ -14,7 +14,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::models::ModelSpec;
 use crate::state::AppState;
-use crate::{auth, kserve, metrics, openai, tei, Error, Result, ServeConfig};
+use crate::{auth, connections, kserve, metrics, openai, tei, Error, Result, ServeConfig};
 
 /// Every route of the server on `state`: KServe v2 under `/v2`, OpenAI's `/v1/embeddings`
 /// and `/v1/models`, text-embeddings-inference's `/embed`, `/rerank`, `/predict`, `/info`
@@ -120,6 +120,16 @@ impl Server {
     /// until [`ServerHandle::shutdown`]. Port 0 binds a free port; [`ServerHandle::addr`]
     /// says which.
     ///
+    /// Connections are HTTP/1 with keep-alive. One that has not sent its request headers
+    /// within [`ServeConfig::header_read_timeout`] (from its accept, or from the first byte
+    /// of a later request), or that stays idle between requests past
+    /// [`ServeConfig::keep_alive_timeout`], is closed. Past
+    /// [`ServeConfig::max_connections`] open at once, a new connection gets
+    /// `503 Service Unavailable` with `Retry-After: 1` and `Connection: close` (a few dozen
+    /// such answers at once; past those it is closed unanswered), and the connections
+    /// already open are served as before. A failed `accept` (e.g. out of file descriptors)
+    /// is logged, paused on briefly and retried; it never stops the server.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -142,14 +152,13 @@ impl Server {
         let addr = listener.local_addr()?;
         let (tx, rx) = oneshot::channel::<()>();
         let app = router(state.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    // A dropped sender (the handle went away) shuts down too.
-                    let _ = rx.await;
-                })
-                .await
-        });
+        // A dropped sender (the handle went away) shuts down too.
+        let task = tokio::spawn(connections::serve(
+            listener,
+            app,
+            connections::Limits::new(&state.config),
+            rx,
+        ));
         let names: Vec<String> = state
             .registry()
             .iter()

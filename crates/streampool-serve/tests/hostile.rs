@@ -4,6 +4,10 @@
 //! the server still answers a valid request correctly.
 
 mod common;
+// Connections: timeouts, the connection cap, `Expect: 100-continue`, chunked bodies, the
+// open-file limit (a module of this binary, not a test binary of its own).
+#[path = "hostile/connections.rs"]
+mod connections;
 
 use std::time::Duration;
 

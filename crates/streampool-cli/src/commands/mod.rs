@@ -4,6 +4,7 @@ pub mod bench;
 pub mod check;
 pub mod device;
 pub mod embed;
+pub mod fd_limit;
 pub mod loadgen;
 pub mod serve;
 pub mod soak;

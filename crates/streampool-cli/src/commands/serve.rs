@@ -77,6 +77,21 @@ pub struct Args {
     /// Seconds a client may take to send a request body (slower: 408, connection closed).
     #[arg(long, default_value_t = 30.0)]
     body_timeout_s: f64,
+    /// Seconds a client may take to send a request's headers, from its connection's accept
+    /// (first request) or from the first byte of a later request; slower: the connection is
+    /// closed. Also closes connections opened and never used.
+    #[arg(long, default_value_t = 10.0)]
+    header_read_timeout_s: f64,
+    /// Seconds a keep-alive connection may stay idle between requests before it is closed.
+    /// Behind a load balancer that pools connections, keep it above the balancer's idle
+    /// timeout (60 s on the common ones).
+    #[arg(long, default_value_t = 75.0)]
+    keep_alive_timeout_s: f64,
+    /// Most connections open at once; past it a new connection is answered 503 with
+    /// Retry-After and closed, while those open are served as before. Lowered at start-up
+    /// (with a warning) to fit the open-file limit, which is first raised to its hard limit.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
     /// Require `Authorization: Bearer <key>` on every inference and model route, with the
     /// key in the first line of this file (e.g. a mounted Kubernetes Secret). Health probes
     /// stay open; /metrics too unless --protect-metrics. Serve TLS in front (ingress,
@@ -158,6 +173,8 @@ pub struct Args {
 /// ready, with the time of each start-up phase since `start`.
 pub fn run(args: Args, start: Instant) -> Result<()> {
     init_logging();
+    // Before anything opens files: the limit applies to every descriptor of the process.
+    let open_files = super::fd_limit::raise();
     let phases = Arc::new(Phases::starting_at(start));
     let devices =
         phases.scope(|| timed("device context", || super::device::open_all(&args.device)))?;
@@ -228,6 +245,11 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
         max_elements: args.max_elements,
         body_timeout: Duration::try_from_secs_f64(args.body_timeout_s)
             .context("--body-timeout-s")?,
+        header_read_timeout: Duration::try_from_secs_f64(args.header_read_timeout_s)
+            .context("--header-read-timeout-s")?,
+        keep_alive_timeout: Duration::try_from_secs_f64(args.keep_alive_timeout_s)
+            .context("--keep-alive-timeout-s")?,
+        max_connections: super::fd_limit::fit_connections(args.max_connections, open_files),
         api_key,
         protect_metrics: args.protect_metrics,
         max_seq_len: args.max_seq_len,
