@@ -48,7 +48,7 @@ def cases():
         ("/embed", "4 MB Hangul, truncate", "/embed",
          j({"inputs": "한국어 " * 400_000, "truncate": True}), 200),
         ("/embed", "4 MB accented Latin, truncate", "/embed",
-         j({"inputs": "café naïve " * 330_000, "truncate": True}), 200),
+         j({"inputs": "café naïve " * 310_000, "truncate": True}), 200),
         ("/embed", "4 MB emoji, truncate", "/embed",
          j({"inputs": "🙂" * 1_030_000, "truncate": True}), 200),
         ("/embed", "4 MB ASCII, not truncating", "/embed",
@@ -58,14 +58,14 @@ def cases():
         ("/predict", "4 MB ASCII, truncate", "/predict",
          j({"inputs": "word " * 830_000, "truncate": True}), 200),
         ("/predict", "128 pairs of 16 KB, truncate", "/predict",
-         j({"inputs": [["query " * 3_000, "text " * 3_200]] * 128, "truncate": True}), 200),
+         j({"inputs": [["query " * 3_000, "text " * 3_200]] * 120, "truncate": True}), 200),
         ("KServe", "256 texts, 1 MiB prompt parameter", "/v2/models/{embedder}/infer",
          j({"inputs": [{"name": "text", "shape": [256], "datatype": "BYTES",
                         "data": ["a"] * 256}],
             "parameters": {"prompt": "é" * 500_000}}), 400),
         ("KServe", "4 MB of 256 non-ASCII texts", "/v2/models/{embedder}/infer",
          j({"inputs": [{"name": "text", "shape": [256], "datatype": "BYTES",
-                        "data": ["北京 café " * 1_300] * 256}]}), 200),
+                        "data": ["北京 café " * 1_200] * 256}]}), 200),
     ]
 
 
