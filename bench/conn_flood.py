@@ -10,7 +10,7 @@ cap or an exhausted descriptor table refuses first), "pooled" reuses one keep-al
 connection opened before the flood (a balancer's pool), reconnecting if it is closed. Prints
 one JSON object.
 
-    python3 scripts/conn-flood.py --url http://127.0.0.1:8000 --idle 2000 --slow 200 --seconds 30
+    python3 bench/conn_flood.py --url http://127.0.0.1:8000 --idle 2000 --slow 200 --seconds 30
 """
 
 import argparse

@@ -26,6 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "models")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+REPEAT = 5
 
 
 def cases():
@@ -57,15 +58,15 @@ def cases():
          j({"inputs": ["word " * 3_200] * 256, "truncate": True}), 200),
         ("/predict", "4 MB ASCII, truncate", "/predict",
          j({"inputs": "word " * 830_000, "truncate": True}), 200),
-        ("/predict", "128 pairs of 16 KB, truncate", "/predict",
+        ("/predict", "120 pairs of 16 KB, truncate", "/predict",
          j({"inputs": [["query " * 3_000, "text " * 3_200]] * 120, "truncate": True}), 200),
         ("KServe", "256 texts, 1 MiB prompt parameter", "/v2/models/{embedder}/infer",
          j({"inputs": [{"name": "text", "shape": [256], "datatype": "BYTES",
                         "data": ["a"] * 256}],
             "parameters": {"prompt": "é" * 500_000}}), 400),
-        ("KServe", "4 MB of 256 non-ASCII texts", "/v2/models/{embedder}/infer",
+        ("KServe", "256 non-ASCII texts of 16 KB, not truncating", "/v2/models/{embedder}/infer",
          j({"inputs": [{"name": "text", "shape": [256], "datatype": "BYTES",
-                        "data": ["北京 café " * 1_200] * 256}]}), 200),
+                        "data": ["北京 café " * 1_200] * 256}]}), 400),
     ]
 
 
@@ -130,13 +131,16 @@ def main():
         before_rss = s.status("VmRSS:")
         s.reset_peak()
         cpu0, t0 = s.cpu_s(), time.perf_counter()
-        status, answer = post(s.port, path, body)
-        wall = time.perf_counter() - t0
-        cpu = s.cpu_s() - cpu0
+        # Five times: /proc counts CPU time in 10 ms ticks.
+        for _ in range(REPEAT):
+            status, answer = post(s.port, path, body)
+        wall = (time.perf_counter() - t0) / REPEAT
+        cpu = (s.cpu_s() - cpu0) / REPEAT
         peak = s.status("VmHWM:") - before_rss
         mb = len(body) / 1e6
         rows.append({
             "route": route, "class": what, "body_bytes": len(body), "status": status,
+            "repeats": REPEAT,
             "expected_status": want, "cpu_s": round(cpu, 3), "cpu_s_per_mb": round(cpu / mb, 3),
             "wall_s": round(wall, 3), "peak_rss_growth_bytes": peak,
             "peak_rss_growth_per_body": round(peak / len(body), 2),
