@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{scales_of, Tile, NR};
+use super::{scales_of, Tile, GROUP, NR};
 
 /// Rows of the register tile.
 pub(super) const MR: usize = 6;
@@ -22,20 +22,35 @@ pub(super) fn available() -> bool {
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn tile<const R: usize>(t: &Tile) {
-    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    // The running f32 sums live in memory (12 more registers than AVX2 has), touched once
+    // per group; the i32 sums of the group in registers.
+    let mut sum = [[_mm256_setzero_ps(); 2]; R];
     let rows: [*const i32; R] = std::array::from_fn(|r| t.a.add(r * t.lda) as *const i32);
     let mut w = t.w as *const __m256i;
-    for s in 0..t.steps {
-        // Panels are 64-byte aligned steps (`Step`): aligned loads.
-        let b = [_mm256_load_si256(w), _mm256_load_si256(w.add(1))];
+    for g in 0..t.groups {
+        let s0 = g * GROUP / 2;
+        let s1 = (s0 + GROUP / 2).min(t.steps);
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        for s in s0..s1 {
+            // Panels are 64-byte aligned steps (`Step`): aligned loads.
+            let b = [_mm256_load_si256(w), _mm256_load_si256(w.add(1))];
+            for r in 0..R {
+                // The pair (a[2s], a[2s + 1]) of row r in every lane.
+                let x = _mm256_set1_epi32(rows[r].add(s).read_unaligned());
+                for q in 0..2 {
+                    acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(x, b[q]));
+                }
+            }
+            w = w.add(2);
+        }
         for r in 0..R {
-            // The pair (a[2s], a[2s + 1]) of row r in every lane.
-            let x = _mm256_set1_epi32(rows[r].add(s).read_unaligned());
+            // The order of `super::add_group`: sum + f32(acc) * sa.
+            let sa = _mm256_set1_ps(t.a_scales.add(r * t.groups + g).read());
             for q in 0..2 {
-                acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(x, b[q]));
+                let part = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][q]), sa);
+                sum[r][q] = _mm256_add_ps(sum[r][q], part);
             }
         }
-        w = w.add(2);
     }
     let ws = [
         _mm256_loadu_ps(t.w_scales),
@@ -45,13 +60,9 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile) {
     let mut buf = [0.0f32; MR * NR];
     let direct = t.cols == NR;
     for r in 0..R {
-        let sa = _mm256_set1_ps(t.a_scales.add(r).read());
         for q in 0..2 {
-            // The order of `super::dequantize`: f32(acc) * (sa * sw) + bias, each rounded once.
-            let y = _mm256_add_ps(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][q]), _mm256_mul_ps(sa, ws[q])),
-                bias[q],
-            );
+            // The order of `super::dequantize`: sum * sw + bias, each rounded once.
+            let y = _mm256_add_ps(_mm256_mul_ps(sum[r][q], ws[q]), bias[q]);
             let dst = if direct {
                 t.c.add(r * t.ldc + 8 * q)
             } else {
@@ -73,14 +84,15 @@ pub(super) unsafe fn tile<const R: usize>(t: &Tile) {
     }
 }
 
-/// Quantizes one contiguous activation row into `out` (as long as `x`) and returns its
-/// scale; the same values as [`super::scalar::quantize_row`] (`vcvtps2dq` rounds to nearest
-/// even under the default rounding mode, as `round_ties_even`).
+/// Quantizes one contiguous group of activations into `out` (as long as `x`): returns its
+/// scale and whether every value was finite (else `out` is zeros). The same values as
+/// [`super::scalar::quantize_group`] (`vcvtps2dq` rounds to nearest even under the default
+/// rounding mode, as `round_ties_even`).
 ///
 /// # Safety
 /// [`available`] holds.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn quantize_row(x: &[f32], out: &mut [i16]) -> f32 {
+pub(super) unsafe fn quantize_group(x: &[f32], out: &mut [i16]) -> (f32, bool) {
     let k = x.len();
     let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     let mut vmax = _mm256_setzero_ps();
@@ -103,7 +115,7 @@ pub(super) unsafe fn quantize_row(x: &[f32], out: &mut [i16]) -> f32 {
     }
     if !finite {
         out.fill(0);
-        return f32::NAN;
+        return (f32::NAN, false);
     }
     let (scale, inv) = scales_of(amax);
     let vinv = _mm256_set1_ps(inv);
@@ -118,5 +130,5 @@ pub(super) unsafe fn quantize_row(x: &[f32], out: &mut [i16]) -> f32 {
     for p in chunks * 8..k {
         out[p] = super::quantize_value(x[p], inv);
     }
-    scale
+    (scale, true)
 }

@@ -1,6 +1,6 @@
 //! Each int8 path the host has against an `f64` evaluation of the quantized arithmetic the
 //! module docs define: the quantized weights themselves, then the products (integer sums
-//! exact, the dequantized values within `f32` rounding) over odd shapes (row and panel tails,
+//! per group exact, the dequantized values within `f32` rounding) over odd shapes (row and panel tails,
 //! odd `k`), strided activations, a shared weight over a batch, every activation, with the
 //! weight quantized per call and through a slot.
 
@@ -95,20 +95,27 @@ fn check(isa: QgemmIsa, c: &Case, slot: Option<&PackSlot>, seed: u64) -> f64 {
             let row: Vec<f32> = (0..c.k)
                 .map(|p| a[bi * a_len + i * c.lda * c.cs + p * c.cs])
                 .collect();
-            let (sa, qa) = reference_quantize(&row);
+            let groups: Vec<(f32, Vec<i64>)> = row.chunks(GROUP).map(reference_quantize).collect();
             for (j, (sw, qw)) in cols.iter().enumerate() {
-                let acc: i64 = qa.iter().zip(qw).map(|(x, y)| x * y).sum();
-                let scale = f64::from(sa * sw);
+                // Exact integer sums per group, scaled and summed in f64.
+                let (mut sum, mut mag) = (0.0f64, 0.0f64);
+                for (g, (sa, qa)) in groups.iter().enumerate() {
+                    let acc: i64 = qa.iter().zip(&qw[g * GROUP..]).map(|(x, y)| x * y).sum();
+                    sum += acc as f64 * f64::from(*sa);
+                    mag += (acc as f64 * f64::from(*sa)).abs();
+                }
                 let b = if c.bias { f64::from(bias[j]) } else { 0.0 };
-                let pre = acc as f64 * scale + b;
+                let pre = sum * f64::from(*sw) + b;
                 let want = f64::from(activate(c.act, pre as f32));
                 let got = f64::from(out[(bi * c.m + i) * c.n + j]);
-                // Three f32 roundings (the sum, the product, the bias) of terms at most
-                // this large, and the activation's own error on a value that close.
-                let mag = (acc as f64 * scale).abs() + b.abs() + 1e-6;
+                // One f32 rounding per group (the convert, the product, the add) and the
+                // epilogue's two, on terms at most this large; and the activation's own
+                // error on a value that close.
+                let mag = mag * f64::from(*sw) + b.abs() + 1e-6;
                 let err = (got - want).abs() / mag;
+                let bound = (3 * groups.len() + 4) as f64 * f64::from(f32::EPSILON);
                 assert!(
-                    err < 1e-6,
+                    err < bound,
                     "{isa:?} ({bi}, {i}, {j}) of {}x{}x{}x{}: {got} vs {want}",
                     c.batch,
                     c.m,
@@ -177,8 +184,9 @@ fn every_path_computes_the_quantized_product_it_claims() {
     }
 }
 
-/// Integer operands whose quantization is the identity (each row and column holds 127):
-/// the output is the integer product itself, exactly (every sum stays under 2^24).
+/// Integer operands whose quantization is the identity (each group of a row and each
+/// column holds 127): the output is the integer product itself, exactly (every partial sum
+/// stays under 2^24).
 #[test]
 fn integer_sums_are_exact() {
     let (m, n, k) = (11, 35, 1001);
@@ -190,7 +198,10 @@ fn integer_sums_are_exact() {
         .map(|_| rng.gen_range(-127..=127) as f32)
         .collect();
     for i in 0..m {
-        a[i * k + i] = 127.0;
+        for g in (0..k).step_by(GROUP) {
+            let len = (k - g).min(GROUP);
+            a[i * k + g + i % len] = 127.0;
+        }
     }
     for j in 0..n {
         w[j * n + j] = -127.0;
