@@ -185,11 +185,12 @@ unsafe fn quantize_b(b: &MatOperand, k: usize, n: usize) -> QuantizedB {
             let panel = std::slice::from_raw_parts_mut((dst.0 as *mut Step).add(jp * steps), steps);
             let sc = std::slice::from_raw_parts_mut((sdst.0 as *mut f32).add(jp * NR), NR);
             let at = |p: usize, j: usize| (src.0 as *const f32).add(p * rs + j * cs).read();
-            for c in 0..(n - jp * NR).min(NR) {
+            let cols = (n - jp * NR).min(NR);
+            for (c, sc) in sc.iter_mut().enumerate().take(cols) {
                 let j = jp * NR + c;
                 let amax = (0..k).fold(0.0f32, |m, p| m.max(at(p, j).abs()));
                 let (scale, inv) = scales_of(amax);
-                sc[c] = scale;
+                *sc = scale;
                 for p in 0..k {
                     panel[p / 2].0[c * 2 + p % 2] = quantize_value(at(p, j), inv);
                 }
@@ -426,11 +427,11 @@ unsafe fn run(
 }
 
 /// One register tile's operands: for `r` < the tile's rows and `j < cols`,
-/// `c[r * ldc + j] = act((sum_g f32(sum_{s in g} a2[r][s] . w2[s][j]) * a_scales[r * groups
-/// + g]) * w_scales[j] + bias[j])`, where `a2[r][s]` is the `s`-th pair of row `r` (`a + r *
-/// lda`), group `g` its steps `g * GROUP / 2..` (the last one shorter), and `w2[s][j]`
-/// column `j`'s pair in step `s` of the panel at `w`. `w_scales` and `bias` hold `NR`
-/// values (zero-padded).
+/// `c[r * ldc + j] = act((sum_g f32(sum_{s in g} a2[r][s] . w2[s][j]) * sa[r][g]) *
+/// w_scales[j] + bias[j])`, where `a2[r][s]` is the `s`-th pair of row `r` (at `a + r *
+/// lda`), `sa[r][g]` is `a_scales[r * groups + g]`, group `g` holds steps `g * GROUP / 2`
+/// on (the last one fewer), and `w2[s][j]` is column `j`'s pair in step `s` of the panel at
+/// `w`. `w_scales` and `bias` hold `NR` values (zero-padded).
 #[derive(Clone, Copy)]
 pub(super) struct Tile {
     pub(super) steps: usize,
