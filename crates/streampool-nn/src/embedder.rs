@@ -104,6 +104,9 @@ impl SentenceEmbedder {
         options: &LoadOptions,
     ) -> Result<Self> {
         let dtype = options.dtype;
+        if dtype.is_quantized() && device.kind() != streampool::DeviceKind::Cpu {
+            return Err(crate::layers::int8_unsupported(device));
+        }
         if !dtype.is_quantized() || options.gate == QuantizationGate::Force {
             return Self::load_model(device, dir.as_ref(), dtype);
         }
