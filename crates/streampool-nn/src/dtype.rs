@@ -20,9 +20,9 @@ use crate::{Error, Result};
 /// | `Int8` | f32     | the encoder's linear layers in int8 ([`MatmulMath::Int8`]), CPU only |
 ///
 /// `Int8` is a quantized dtype: the linear layers' weights are quantized per output channel
-/// and their inputs per token, so a model keeps its meaning only as far as the accuracy
-/// gate measures ([`crate::accuracy`]); [`crate::SentenceEmbedder`] runs that gate when it
-/// loads a model in it. Attention, LayerNorm, softmax and pooling stay `f32`.
+/// and their inputs per token (a scale per 32 inputs), so a model keeps its meaning only as
+/// far as the accuracy gate measures ([`crate::accuracy`]); [`crate::SentenceEmbedder`] runs
+/// that gate when it loads a model in it. Attention, LayerNorm, softmax and pooling stay `f32`.
 ///
 /// The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` where the adapter has
 /// `SHADER_F16`; `Bf16` fails at load there (WGSL has no bf16 type).

@@ -122,7 +122,13 @@ fn int8_on_wgpu_is_refused_at_load() {
     let Some(dev) = gpu() else { return };
     let e = BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::Int8).unwrap_err();
     assert!(
-        matches!(e, Error::UnsupportedDType { dtype: ComputeDType::Int8, .. }),
+        matches!(
+            e,
+            Error::UnsupportedDType {
+                dtype: ComputeDType::Int8,
+                ..
+            }
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("CPU"), "{e}");

@@ -96,11 +96,12 @@ pub enum MatmulMath {
     /// computes it exactly.
     Tf32,
     /// Both operands quantized to symmetric int8 (the right operand, a weight, per output
-    /// column, once; the left one per row, on every call), multiplied with exact `i32` sums
-    /// and scaled back to `f32` before the bias and activation: `out[i, j] =
-    /// act(f32(sum_p qa[i, p] qb[p, j]) * (sa[i] * sb[j]) + bias[j])` with `sa[i] =
-    /// max_p |a[i, p]| / 127`, `qa[i, p] = round_even(a[i, p] / sa[i])` and the same per
-    /// column of `b`. The CPU backend only (where the backend reports
+    /// column, once; the left one per row and group of 32 consecutive inputs, on every
+    /// call), multiplied with exact `i32` sums per group and scaled back to `f32` before the
+    /// bias and activation: `out[i, j] = act((sum_g f32(sum_{p in g} qa[i, p] qb[p, j]) *
+    /// sa[i, g]) * sb[j] + bias[j])` with `sa[i, g] = max_{p in g} |a[i, p]| / 127`,
+    /// `qa[i, p] = round_even(a[i, p] / sa[i, g])` and the same per column of `b` over all
+    /// of `k`. The CPU backend only (where the backend reports
     /// [`BackendStream::runs_int8_matmul`](crate::backend::BackendStream::runs_int8_matmul));
     /// elsewhere a product asking for it fails with [`Error::Unavailable`](crate::Error).
     Int8,
