@@ -416,6 +416,16 @@ impl BertModel {
                 self.dtype
             )));
         }
+        if dtype.is_quantized() && self.device.kind() != streampool::DeviceKind::Cpu {
+            return Err(crate::layers::int8_unsupported(&self.device));
+        }
+        // A quantized model quantizes the encoder's linear layers only: a classification
+        // head (a few products per sequence, not per token) stays exact.
+        let head_dtype = if dtype.is_quantized() {
+            ComputeDType::F32
+        } else {
+            dtype
+        };
         Ok(Self {
             config: self.config.clone(),
             family: self.family,
@@ -440,7 +450,7 @@ impl BertModel {
             head: self
                 .head
                 .as_ref()
-                .map(|h| h.with_dtype(dtype))
+                .map(|h| h.with_dtype(head_dtype))
                 .transpose()?,
             device: self.device.clone(),
             dtype,

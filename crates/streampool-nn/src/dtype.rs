@@ -17,6 +17,12 @@ use crate::{Error, Result};
 /// | `Tf32` | f32     | TF32 tensor cores on CUDA (exact on CPU) |
 /// | `F16`  | f16     | f16 inputs, f32 accumulation             |
 /// | `Bf16` | bf16    | bf16 inputs, f32 accumulation            |
+/// | `Int8` | f32     | the encoder's linear layers in int8 ([`MatmulMath::Int8`]), CPU only |
+///
+/// `Int8` is a quantized dtype: the linear layers' weights are quantized per output channel
+/// and their inputs per token (a scale per 32 inputs), so a model keeps its meaning only as
+/// far as the accuracy gate measures ([`crate::accuracy`]); [`crate::SentenceEmbedder`] runs
+/// that gate when it loads a model in it. Attention, LayerNorm, softmax and pooling stay `f32`.
 ///
 /// The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` where the adapter has
 /// `SHADER_F16`; `Bf16` fails at load there (WGSL has no bf16 type).
@@ -39,16 +45,19 @@ pub enum ComputeDType {
     F16,
     /// bfloat16.
     Bf16,
+    /// f32 storage, int8 linear layers with `i32` sums (CPU only).
+    Int8,
 }
 
 impl ComputeDType {
-    /// Every value, in increasing order of speed on tensor-core GPUs.
-    pub const ALL: [ComputeDType; 4] = [Self::F32, Self::Tf32, Self::F16, Self::Bf16];
+    /// Every value: the float ones in increasing order of speed on tensor-core GPUs, then
+    /// the quantized one.
+    pub const ALL: [ComputeDType; 5] = [Self::F32, Self::Tf32, Self::F16, Self::Bf16, Self::Int8];
 
     /// The tensor dtype of weights and activations.
     pub fn dtype(self) -> DType {
         match self {
-            Self::F32 | Self::Tf32 => DType::F32,
+            Self::F32 | Self::Tf32 | Self::Int8 => DType::F32,
             Self::F16 => DType::F16,
             Self::Bf16 => DType::BF16,
         }
@@ -58,8 +67,15 @@ impl ComputeDType {
     pub fn math(self) -> MatmulMath {
         match self {
             Self::Tf32 => MatmulMath::Tf32,
+            Self::Int8 => MatmulMath::Int8,
             _ => MatmulMath::Exact,
         }
+    }
+
+    /// Whether weights are quantized (`Int8`): such a model must pass the accuracy gate
+    /// against its own f32 ([`crate::accuracy`]).
+    pub fn is_quantized(self) -> bool {
+        self == Self::Int8
     }
 
     /// Whether storage is 16-bit (these run the fused attention and pooling kernels).
@@ -67,13 +83,14 @@ impl ComputeDType {
         matches!(self, Self::F16 | Self::Bf16)
     }
 
-    /// The name used on the command line: `f32`, `tf32`, `f16` or `bf16`.
+    /// The name used on the command line: `f32`, `tf32`, `f16`, `bf16` or `int8`.
     pub fn name(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::Tf32 => "tf32",
             Self::F16 => "f16",
             Self::Bf16 => "bf16",
+            Self::Int8 => "int8",
         }
     }
 }
@@ -93,7 +110,7 @@ impl FromStr for ComputeDType {
             .find(|d| d.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
                 Error::Input(format!(
-                    "unknown compute dtype {s:?}: expected f32, tf32, f16 or bf16"
+                    "unknown compute dtype {s:?}: expected f32, tf32, f16, bf16 or int8"
                 ))
             })
     }

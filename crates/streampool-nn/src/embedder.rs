@@ -7,6 +7,7 @@ use std::path::Path;
 use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
+use crate::accuracy::{self, AccuracyReport, LoadOptions, QuantizationGate};
 use crate::pooling::{read_json, Pooling, PoolingMode};
 use crate::{
     BertInput, BertModel, BertTokenizer, ComputeDType, Error, Family, PackedInput, Result,
@@ -40,6 +41,8 @@ pub struct SentenceEmbedder {
     chunk: usize,
     /// Whether batches of mixed lengths run packed; see [`SentenceEmbedder::with_packing`].
     packing: bool,
+    /// What the accuracy gate measured when the model was loaded in a quantized dtype.
+    accuracy: Option<AccuracyReport>,
 }
 
 /// The default [`SentenceEmbedder::with_chunk_size`]: a batch of up to 256 texts runs as one
@@ -61,8 +64,72 @@ impl SentenceEmbedder {
     /// As [`Self::load`], with the model's weights and activations in `dtype` (see
     /// [`ComputeDType`]); embeddings are `f32` whatever the dtype. f16 and bf16 use the fused
     /// mean-pool-and-normalize kernel.
+    ///
+    /// A quantized dtype (`int8`) runs the accuracy gate with its default thresholds and
+    /// refuses a model that misses them: [`Self::load_with_options`] says more.
     pub fn load_with(device: &Device, dir: impl AsRef<Path>, dtype: ComputeDType) -> Result<Self> {
-        let dir = dir.as_ref();
+        Self::load_with_options(
+            device,
+            dir,
+            &LoadOptions {
+                dtype,
+                ..LoadOptions::default()
+            },
+        )
+    }
+
+    /// As [`Self::load_with`], with every load setting. In a quantized dtype (`int8`) with
+    /// [`QuantizationGate::Enforce`] (the default) the model is loaded in f32 too, both embed
+    /// the gate corpus ([`crate::accuracy`]), and a model that misses `thresholds` is refused
+    /// with [`Error::AccuracyGate`] (what was measured is then in the error, else in
+    /// [`Self::accuracy_report`]). The gate costs two passes over 2,000 sentences at load
+    /// (about 40,000 tokens); [`QuantizationGate::Force`] skips it.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::accuracy::QuantizationGate;
+    /// use streampool_nn::{tiny_bert_dir, ComputeDType, LoadOptions, SentenceEmbedder};
+    /// let opts = LoadOptions {
+    ///     dtype: ComputeDType::Int8,
+    ///     gate: QuantizationGate::Force,
+    ///     ..LoadOptions::default()
+    /// };
+    /// let emb = SentenceEmbedder::load_with_options(&Device::cpu(), tiny_bert_dir(), &opts).unwrap();
+    /// assert_eq!(emb.model().dtype(), ComputeDType::Int8);
+    /// assert!(emb.accuracy_report().is_none()); // forced: not measured
+    /// ```
+    pub fn load_with_options(
+        device: &Device,
+        dir: impl AsRef<Path>,
+        options: &LoadOptions,
+    ) -> Result<Self> {
+        let dtype = options.dtype;
+        if dtype.is_quantized() && device.kind() != streampool::DeviceKind::Cpu {
+            return Err(crate::layers::int8_unsupported(device));
+        }
+        if !dtype.is_quantized() || options.gate == QuantizationGate::Force {
+            return Self::load_model(device, dir.as_ref(), dtype);
+        }
+        let reference = Self::load_model(device, dir.as_ref(), ComputeDType::F32)?;
+        let model = reference.model.with_dtype(dtype)?;
+        let mut quantized =
+            Self::new(reference.tokenizer.clone(), model)?.with_pooling(reference.pooling);
+        quantized.prompts = reference.prompts.clone();
+        quantized.default_prompt = reference.default_prompt.clone();
+        let report = timed("accuracy gate", || {
+            accuracy::enforce(&reference, &quantized, dtype, &options.thresholds)
+        })?;
+        quantized.accuracy = Some(report);
+        Ok(quantized)
+    }
+
+    /// What the accuracy gate measured when this embedder was loaded in a quantized dtype
+    /// (`None` for float dtypes, and when the gate was forced off).
+    pub fn accuracy_report(&self) -> Option<AccuracyReport> {
+        self.accuracy
+    }
+
+    fn load_model(device: &Device, dir: &Path, dtype: ComputeDType) -> Result<Self> {
         let model = BertModel::load_with(device, dir, dtype)?;
         let pooling = Pooling::from_dir(dir)?;
         let (prompts, default_prompt) = prompts(dir)?;
@@ -204,6 +271,7 @@ impl SentenceEmbedder {
             default_prompt: None,
             chunk: DEFAULT_EMBED_CHUNK,
             packing: true,
+            accuracy: None,
         })
     }
 

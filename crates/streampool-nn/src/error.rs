@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+use crate::accuracy::{AccuracyReport, AccuracyThresholds};
+use crate::ComputeDType;
+
 /// Everything that can go wrong while loading or running a model. Each variant names the
 /// file, tensor or setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,29 @@ pub enum Error {
     /// A model folder could not be found; the message says where we looked and how to fix it.
     #[error("model not found: {0}")]
     NotFound(String),
+    /// A compute dtype the device cannot run a model in (`int8` off the CPU backend).
+    #[error("{dtype} is not available on {device}: {reason}")]
+    UnsupportedDType {
+        dtype: ComputeDType,
+        device: String,
+        reason: String,
+    },
+    /// A model in a quantized dtype misses the accuracy gate against its own f32
+    /// ([`crate::accuracy`]); [`crate::accuracy::QuantizationGate::Force`] loads it anyway.
+    #[error(
+        "the model in {dtype} misses the accuracy gate against its f32 ({report}; needed: \
+         min cosine >= {}, mean >= {}, top-{} agreement >= {}); load it with \
+         QuantizationGate::Force to run it anyway, or use f32",
+        thresholds.min_cosine,
+        thresholds.mean_cosine,
+        report.k,
+        thresholds.top_k_agreement
+    )]
+    AccuracyGate {
+        dtype: ComputeDType,
+        report: AccuracyReport,
+        thresholds: AccuracyThresholds,
+    },
     /// The computed embeddings hold infinities or NaNs, e.g. an f16 activation past 65504;
     /// the message names the compute dtype and what to run instead.
     #[error("non-finite embeddings: {0}")]

@@ -80,6 +80,7 @@
 //! }
 //! ```
 
+pub mod accuracy;
 mod bert;
 mod config;
 mod dtype;
@@ -96,6 +97,7 @@ pub mod tasks;
 mod tokenizer;
 mod weights;
 
+pub use accuracy::LoadOptions;
 pub use bert::{BertInput, BertModel};
 pub use config::{BertConfig, Family};
 pub use dtype::ComputeDType;

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use streampool::Device;
+use streampool_nn::accuracy::{AccuracyThresholds, GATE_TOP_K};
 use streampool_nn::{find_minilm, Activation, ComputeDType, SentenceEmbedder};
 
 /// The installed model, or `None` after printing why the test is skipped.
@@ -159,4 +160,23 @@ fn half_precision_gelu_forms() {
             "{dtype}: tanh GELU lowers the min cosine from {e_ref} to {t_ref}"
         );
     }
+}
+
+/// MiniLM in int8 passes the accuracy gate against its f32 on the gate corpus (loading it
+/// runs the gate and would refuse it otherwise).
+#[test]
+fn int8_passes_the_accuracy_gate() {
+    let dir = match find_minilm() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+    };
+    let emb = SentenceEmbedder::load_with(&Device::cpu(), dir, ComputeDType::Int8)
+        .expect("MiniLM int8 passes the gate");
+    let report = emb.accuracy_report().expect("the gate ran");
+    println!("MiniLM int8 vs f32: {report}");
+    assert_eq!(report.k, GATE_TOP_K);
+    assert!(report.passes(&AccuracyThresholds::default()));
 }

@@ -114,6 +114,28 @@ fn bf16_on_wgpu_fails_at_load_with_a_clear_error() {
     assert!(BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::F32).is_ok());
 }
 
+/// Int8 is the CPU's alone: refused at load with a typed error, by the model and by the
+/// embedder (before its accuracy gate would run).
+#[test]
+fn int8_on_wgpu_is_refused_at_load() {
+    use streampool_nn::Error;
+    let Some(dev) = gpu() else { return };
+    let e = BertModel::load_with(&dev, tiny_bert_dir(), ComputeDType::Int8).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::UnsupportedDType {
+                dtype: ComputeDType::Int8,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("CPU"), "{e}");
+    let e = SentenceEmbedder::load_with(&dev, tiny_bert_dir(), ComputeDType::Int8).err();
+    assert!(matches!(e, Some(Error::UnsupportedDType { .. })), "{e:?}");
+}
+
 /// The families past BERT on wgpu: XLM-RoBERTa and MPNet use only kernels wgpu has and
 /// match the float64 reference; GTE and Qwen3 need RMSNorm / rotary / gated kernels that
 /// wgpu lacks, and fail with a clear `Unavailable` error instead of a wrong answer.

@@ -103,6 +103,12 @@ pub(crate) trait BackendStream: Send + Sync {
         false
     }
 
+    /// Whether [`Kernel::Matmul`] runs [`crate::MatmulMath::Int8`] here; a backend that
+    /// returns `false` never receives one (the tensor layer refuses it first).
+    fn runs_int8_matmul(&self) -> bool {
+        false
+    }
+
     /// Whether [`Kernel::Matmul`] should carry a [`crate::kernel::PackSlot`] for a right
     /// operand that is a plain matrix (a weight): the backend packs it once and reuses it.
     fn prepacks_matmul_weights(&self) -> bool {

@@ -83,8 +83,9 @@ impl PartialEq for PackSlot {
     }
 }
 
-/// How an `F32` matmul may use the tensor cores. Half-precision matmuls always do (with
-/// `f32` accumulation); this only matters for `F32`.
+/// How an `F32` matmul may trade exactness for speed: TF32 tensor cores on CUDA, int8
+/// arithmetic on the CPU. Half-precision matmuls always use the tensor cores (with `f32`
+/// accumulation); this only matters for `F32`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MatmulMath {
     /// Full `f32` products (CUDA cores on CUDA; matches the CPU backend to ~1e-6).
@@ -94,6 +95,16 @@ pub enum MatmulMath {
     /// several times faster on Ampere and later, ~1e-3 relative error. The CPU backend
     /// computes it exactly.
     Tf32,
+    /// Both operands quantized to symmetric int8 (the right operand, a weight, per output
+    /// column, once; the left one per row and group of 32 consecutive inputs, on every
+    /// call), multiplied with exact `i32` sums per group and scaled back to `f32` before the
+    /// bias and activation: `out[i, j] = act((sum_g f32(sum_{p in g} qa[i, p] qb[p, j]) *
+    /// sa[i, g]) * sb[j] + bias[j])` with `sa[i, g] = max_{p in g} |a[i, p]| / 127`,
+    /// `qa[i, p] = round_even(a[i, p] / sa[i, g])` and the same per column of `b` over all
+    /// of `k`. The CPU backend only (where the backend reports
+    /// [`BackendStream::runs_int8_matmul`](crate::backend::BackendStream::runs_int8_matmul));
+    /// elsewhere a product asking for it fails with [`Error::Unavailable`](crate::Error).
+    Int8,
 }
 
 /// The sequences of a packed batch: `tokens` rows holding sequences back to back, sequence

@@ -107,9 +107,15 @@ pub(crate) fn label(k: &Kernel) -> String {
             k,
             bias,
             act,
+            math,
             ..
         } => format!(
-            "matmul{d} {}{m}x{n}x{k}{}",
+            "matmul{} {}{m}x{n}x{k}{}",
+            if *math == crate::MatmulMath::Int8 {
+                " int8".to_string()
+            } else {
+                d
+            },
             if *batch > 1 {
                 format!("{batch}x ")
             } else {

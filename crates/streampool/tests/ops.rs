@@ -388,6 +388,75 @@ fn matmul_bias_adds_the_bias_to_every_row() {
     assert!(a.matmul_bias(&w, &b16, MatmulMath::Exact).is_err());
 }
 
+/// `MatmulMath::Int8` on the CPU: close to the exact product (its own arithmetic is checked
+/// exactly by the kernel's unit tests), through the plain, bias and bias + activation forms,
+/// a folded 3-d batch, a strided input, and the weight's quantized form reused across calls.
+/// Half operands are refused, and so is every backend other than the CPU.
+#[test]
+fn int8_matmul_is_close_to_the_exact_product_on_the_cpu_only() {
+    use streampool::{DeviceKind, MatmulMath};
+    let mut rng = Rng::new(37);
+    let (w, wr) = randn(&mut rng, &[96, 50]);
+    let (bias, biasr) = randn(&mut rng, &[50]);
+    let (a, ar) = randn(&mut rng, &[37, 96]);
+    let int8 = MatmulMath::Int8;
+    if dev().kind() != DeviceKind::Cpu {
+        assert_err!(a.matmul_with(&w, int8), Error::Unavailable(_));
+        return;
+    }
+    // Relative to the output's norm: 8-bit rounding of both operands over 96 inputs.
+    let close = |what: &str, got: &Tensor, want: &Nd<f64>| {
+        let g = got.to_vec::<f32>().unwrap();
+        assert_eq!(got.dims(), want.shape.as_slice(), "{what}");
+        let diff: f64 = g
+            .iter()
+            .zip(&want.data)
+            .map(|(&g, w)| (f64::from(g) - w).powi(2))
+            .sum();
+        let norm: f64 = want.data.iter().map(|w| w * w).sum();
+        let rel = (diff / norm).sqrt();
+        assert!(rel < 1.5e-2, "{what}: relative error {rel}");
+        assert!(rel > 0.0, "{what}: int8 cannot be exact on normal inputs");
+    };
+    let plain = a.matmul_with(&w, int8).unwrap();
+    close("int8", &plain, &ar.matmul(&wr));
+    // The second call reuses the weight's quantized form: the same bits.
+    let again = a.matmul_with(&w, int8).unwrap();
+    assert_eq!(
+        plain.to_vec::<f32>().unwrap(),
+        again.to_vec::<f32>().unwrap()
+    );
+    let plus_bias = |m: &Nd<f64>, act: fn(f64) -> f64| {
+        let cols = *m.shape.last().unwrap();
+        let data = m.data.iter().enumerate();
+        Nd::new(
+            &m.shape,
+            data.map(|(i, v)| act(v + biasr.data[i % cols])).collect(),
+        )
+    };
+    let got = a.matmul_bias(&w, &bias, int8).unwrap();
+    close("int8 + bias", &got, &plus_bias(&ar.matmul(&wr), |v| v));
+    let got = a
+        .matmul_bias_act(&w, &bias, Activation::Relu, int8)
+        .unwrap();
+    close(
+        "relu(int8 + bias)",
+        &got,
+        &plus_bias(&ar.matmul(&wr), |v| v.max(0.0)),
+    );
+    let (a3, a3r) = randn(&mut rng, &[3, 11, 96]);
+    let got = a3.matmul_bias(&w, &bias, int8).unwrap();
+    close("3d int8 + bias", &got, &plus_bias(&a3r.matmul(&wr), |v| v));
+    let (at, atr) = randn(&mut rng, &[96, 9]);
+    let got = at.t().unwrap().matmul_with(&w, int8).unwrap();
+    close("strided int8", &got, &atr.transpose(0, 1).matmul(&wr));
+    let (a16, w16) = (
+        a.to_dtype(DType::F16).unwrap(),
+        w.to_dtype(DType::F16).unwrap(),
+    );
+    assert_err!(a16.matmul_with(&w16, int8), Error::DType { .. });
+}
+
 #[test]
 fn matmul_transposed_operands() {
     let mut rng = Rng::new(12);

@@ -1,9 +1,12 @@
 //! `streampool check`: a short self-test that exercises every runtime mechanism once.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use streampool::{Device, Event, StreamGuard, Tensor};
+use streampool::{Device, DeviceKind, Event, StreamGuard, Tensor};
+use streampool_nn::accuracy::{gate_corpus, measure, AccuracyThresholds, QuantizationGate};
+use streampool_nn::{ComputeDType, LoadOptions, SentenceEmbedder};
 
 /// Arguments of `streampool check`.
 #[derive(clap::Args)]
@@ -14,6 +17,10 @@ pub struct Args {
     /// Threads used by the concurrent part.
     #[arg(long, default_value_t = 8)]
     threads: usize,
+    /// A sentence-embedding model folder to run the accuracy gate on: int8 (CPU only),
+    /// f16 and bf16 against the model's own f32 on the gate's corpus; int8 must pass.
+    #[arg(long, value_name = "DIR")]
+    accuracy: Option<PathBuf>,
 }
 
 fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
@@ -81,6 +88,12 @@ pub fn run(args: Args) -> Result<()> {
         concurrent(&dev, args.threads),
     )?;
     step("bad input is an error, not a crash", bad_input(&dev))?;
+    if let Some(dir) = &args.accuracy {
+        step(
+            "accuracy gate against f32 on the gate corpus",
+            accuracy(&dev, dir),
+        )?;
+    }
     dev.synchronize()?;
     let s = dev.allocator_stats();
     println!(
@@ -185,6 +198,51 @@ fn bad_input(dev: &Device) -> Result<()> {
     ensure!(
         a.relu()?.to_vec::<f32>()? == vec![0.0; 6],
         "device broken after an error"
+    );
+    Ok(())
+}
+
+/// The accuracy gate's numbers for `dir` in int8 (on the CPU), f16 and bf16 against its
+/// f32, one line each; an error when int8 misses the thresholds.
+fn accuracy(dev: &Device, dir: &Path) -> Result<()> {
+    let corpus = gate_corpus();
+    let thresholds = AccuracyThresholds::default();
+    let reference = SentenceEmbedder::load(dev, dir)
+        .with_context(|| format!("loading {} in f32", dir.display()))?;
+    let mut int8_passed = None;
+    for dtype in [ComputeDType::Int8, ComputeDType::F16, ComputeDType::Bf16] {
+        if dtype.is_quantized() && dev.kind() != DeviceKind::Cpu {
+            println!("      {dtype}: CPU only, skipped on {}", dev.name());
+            continue;
+        }
+        let opts = LoadOptions {
+            dtype,
+            gate: QuantizationGate::Force,
+            ..LoadOptions::default()
+        };
+        let other = SentenceEmbedder::load_with_options(dev, dir, &opts)
+            .with_context(|| format!("loading {} in {dtype}", dir.display()))?;
+        let start = Instant::now();
+        let report = measure(&reference, &other, &corpus)?;
+        let verdict = if report.passes(&thresholds) {
+            "passes"
+        } else {
+            "misses"
+        };
+        println!(
+            "      {dtype} vs f32: {report} ({verdict} the gate; measured in {:.1?})",
+            start.elapsed()
+        );
+        if dtype.is_quantized() {
+            int8_passed = Some(report.passes(&thresholds));
+        }
+    }
+    ensure!(
+        int8_passed != Some(false),
+        "int8 misses the accuracy gate (min cosine >= {}, mean >= {}, top-10 agreement >= {})",
+        thresholds.min_cosine,
+        thresholds.mean_cosine,
+        thresholds.top_k_agreement
     );
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Fully connected layer.
 
-use streampool::{Device, MatmulMath, Tensor};
+use streampool::{Device, DeviceKind, MatmulMath, Tensor};
 
 use crate::weights::{HostTensor, WeightFile};
 use crate::{Activation, ComputeDType, Error, Result};
@@ -178,7 +178,28 @@ impl Linear {
 
     /// This layer with its weights converted to `dtype` (once, on the device) and its
     /// matmuls in `dtype`'s math mode. Inputs must then be in `dtype.dtype()`.
+    ///
+    /// `Int8` keeps the f32 weight in a storage of its own, which the backend quantizes
+    /// into its int8 form on the first product and keeps beside it (so the f32 layer it
+    /// came from keeps its own packed form too).
+    ///
+    /// # Errors
+    /// A dtype the device cannot convert to, or `Int8` off the CPU backend
+    /// ([`Error::UnsupportedDType`]).
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
+        if dtype.is_quantized() {
+            let device = self.weight_t.device();
+            if device.kind() != DeviceKind::Cpu {
+                return Err(int8_unsupported(device));
+            }
+            let own =
+                Tensor::from_vec(self.weight_t.to_vec::<f32>()?, self.weight_t.dims(), device)?;
+            return Ok(Self {
+                weight_t: own,
+                math: dtype.math(),
+                ..self.clone()
+            });
+        }
         Ok(Self {
             weight_t: self.weight_t.to_dtype(dtype.dtype())?,
             bias: self
@@ -238,5 +259,16 @@ impl Linear {
             Some(b) => Ok(x.matmul_bias_act(&self.weight_t, b, act, self.math)?),
             None => super::activation::apply(&x.matmul_with(&self.weight_t, self.math)?, act),
         }
+    }
+}
+
+/// The error for an int8 layer on a device other than the CPU.
+pub(crate) fn int8_unsupported(device: &Device) -> Error {
+    Error::UnsupportedDType {
+        dtype: ComputeDType::Int8,
+        device: device.name(),
+        reason: "int8 linear layers run on the CPU backend only (load the model on the CPU, \
+                 or use f16/bf16 on a GPU)"
+            .into(),
     }
 }

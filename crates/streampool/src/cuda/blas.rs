@@ -128,6 +128,10 @@ impl Blas {
             (DType::I64, _) => {
                 return Err(Error::InvalidArgument("matmul of I64 tensors".into()));
             }
+            // The tensor layer refuses int8 products on CUDA before they get here.
+            (DType::F32, MatmulMath::Int8) => {
+                return Err(Error::Unavailable("int8 matmul on CUDA".into()));
+            }
         };
         if let Some(t) = data {
             // SAFETY: as below; with CUBLAS_COMPUTE_32F* the scalars are f32 host values.

@@ -207,6 +207,9 @@ impl Tensor {
         self.expect_float(OP)?;
         self.same_dtype(rhs, OP)?;
         self.same_device(rhs, OP)?;
+        if math == MatmulMath::Int8 {
+            self.check_int8_matmul(OP)?;
+        }
         if self.rank() < 2 || rhs.rank() < 2 {
             return Err(Error::shape(
                 OP,
@@ -354,6 +357,28 @@ impl Tensor {
                 math,
             }
         })
+    }
+
+    /// Refuses [`MatmulMath::Int8`] where it cannot run: operands other than `F32`, or a
+    /// backend without int8 products (this thread's current stream says).
+    fn check_int8_matmul(&self, op: &'static str) -> Result<()> {
+        if self.dtype() != DType::F32 {
+            return Err(Error::DType {
+                op,
+                expected: DType::F32,
+                got: self.dtype(),
+            });
+        }
+        let runs = crate::stream_pool::with_current_stream(self.device(), |s| {
+            Ok(s.inner.runs_int8_matmul())
+        })?;
+        if !runs {
+            return Err(Error::Unavailable(format!(
+                "int8 matmul: not on {} (the CPU backend runs it)",
+                self.device().name()
+            )));
+        }
+        Ok(())
     }
 
     fn binary(&self, rhs: &Tensor, op: BinaryOp, name: &'static str) -> Result<Tensor> {

@@ -94,13 +94,14 @@ pub struct Args {
     /// tiny-bert].
     #[arg(long, value_name = "DIR")]
     minilm: Option<PathBuf>,
-    /// Compute dtype of the minilm workloads: f32, tf32, f16 or bf16 [default: f16 on cuda,
-    /// f32 on cpu and wgpu (wgpu: f32, tf32 as f32, and f16 where the adapter has
-    /// SHADER_F16; no bf16)]. The mlp workload is always f32.
+    /// Compute dtype of the minilm workloads: f32, tf32, f16, bf16 or int8 [default: f16 on
+    /// cuda, f32 on cpu and wgpu (wgpu: f32, tf32 as f32, and f16 where the adapter has
+    /// SHADER_F16; no bf16; int8 on cpu only)]. The mlp workload is always f32.
     #[arg(long, value_name = "DTYPE", conflicts_with = "dtypes")]
     dtype: Option<ComputeDType>,
     /// Several compute dtypes: the minilm workloads run once per dtype, in this order, in one
-    /// invocation (e.g. f32,tf32,f16,bf16); every JSON point records its dtype.
+    /// invocation (e.g. f32,tf32,f16,bf16, or f32,int8 on the CPU); every JSON point records
+    /// its dtype.
     #[arg(long, value_delimiter = ',', value_name = "DTYPES")]
     dtypes: Option<Vec<ComputeDType>>,
     /// Texts per device batch in the embedder's direct calls (ceiling, threading): a larger

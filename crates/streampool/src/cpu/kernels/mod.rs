@@ -13,6 +13,7 @@ mod matmul;
 mod norm;
 mod packed;
 mod pool;
+mod qgemm;
 mod reduce;
 mod rms_norm;
 mod rope;
@@ -21,7 +22,7 @@ pub(crate) mod simd;
 mod strided;
 
 use crate::backend::DevicePtr;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, MatmulMath};
 
 /// # Safety
 /// `ptr` is valid for `len` reads of `f32` and nothing writes it meanwhile.
@@ -66,6 +67,20 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
             out,
             elem_size,
         } => strided::copy(s, shape, *out, *elem_size),
+        Kernel::Matmul {
+            a,
+            b,
+            b_pack,
+            bias,
+            act,
+            out,
+            batch,
+            m,
+            n,
+            k,
+            math: MatmulMath::Int8,
+            ..
+        } => qgemm::matmul(a, b, b_pack.as_ref(), *bias, *act, *out, *batch, *m, *n, *k),
         Kernel::Matmul {
             a,
             b,
