@@ -374,3 +374,49 @@ async fn huggingface_hub_text_classification() {
     );
     handle.shutdown().await.unwrap();
 }
+
+/// A half-precision embedder packs: a served batch of mixed lengths runs with no padding
+/// (the queue budgets such batches by their tokens), and its embeddings are the in-process
+/// ones; a batch whose requests ask for raw (unnormalized) vectors runs padded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_mixed_lengths_run_packed_in_half_precision() {
+    use streampool_nn::{tiny_bert_dir, ComputeDType};
+    use streampool_serve::ServedModel;
+    let dev = Device::cpu();
+    let embedder = Arc::new(
+        SentenceEmbedder::load_with(&dev, tiny_bert_dir(), ComputeDType::F16).expect("f16"),
+    );
+    assert!(embedder.packs());
+    let (handle, base) = serve(vec![ModelSpec::Embedder {
+        name: "tiny-bert-f16".into(),
+        embedder: embedder.clone(),
+    }])
+    .await;
+    let packed = || match &*handle.state().registry().get("tiny-bert-f16").unwrap() {
+        ServedModel::Embedder(e) => e.packed_batches(),
+        _ => unreachable!("an embedder was served"),
+    };
+    let texts: Vec<String> = (1..=8).map(|n| "word ".repeat(n * 5)).collect();
+    let (status, body) = post(&base, "/v1/embeddings", &json!({"input": texts})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(packed() >= 1, "the mixed-length batch ran padded");
+    for (i, t) in texts.iter().enumerate() {
+        let got: Vec<f32> = serde_json::from_value(body["data"][i]["embedding"].clone()).unwrap();
+        let want = embedder.embed(&[t.as_str()]).unwrap().remove(0);
+        let cos: f32 = got.iter().zip(&want).map(|(a, b)| a * b).sum();
+        assert!(
+            cos > 0.9999,
+            "text {i}: cosine {cos} to the in-process embedding"
+        );
+    }
+    let before = packed();
+    let (status, _) = post(
+        &base,
+        "/embed",
+        &json!({"inputs": texts, "normalize": false}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(packed(), before, "raw vectors run padded");
+    handle.shutdown().await.unwrap();
+}

@@ -2,13 +2,14 @@
 //! one batched forward per batch.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use streampool::Device;
 use streampool_batch::{BatchContext, BatchModel, ModelError, Replicas};
 use streampool_nn::pooling::{l2_normalize, PoolingMode};
-use streampool_nn::{BertInput, Prompt, SentenceEmbedder};
+use streampool_nn::{BertInput, PackedInput, Prompt, SentenceEmbedder};
 
 use super::RowOutput;
 use crate::text::{self, refusal, TextLimits};
@@ -25,6 +26,8 @@ struct EmbedRequest {
 /// model's pooling; unit length when asked).
 struct EmbedBatch {
     embedder: Arc<SentenceEmbedder>,
+    /// Batches run packed (no padding): the endpoint's [`EmbedderEndpoint::packed_batches`].
+    packed_batches: Arc<AtomicU64>,
 }
 
 impl BatchModel for EmbedBatch {
@@ -36,23 +39,24 @@ impl BatchModel for EmbedBatch {
         inputs: Vec<EmbedRequest>,
         _ctx: &BatchContext,
     ) -> Result<Vec<RowOutput>, ModelError> {
-        // Padded to the batch's longest input rather than to the bucket (every input of the
-        // batch fits either way, and the padding is masked); `embed_input` then runs a batch of
-        // mixed lengths packed, with no padding at all, where the embedder packs (f16/bf16 on
-        // CPU and CUDA), and the queue budgets such batches by their tokens (`packs`).
         let (ids, normalize): (Vec<Vec<i64>>, Vec<bool>) =
             inputs.into_iter().map(|r| (r.ids, r.normalize)).unzip();
-        let input = BertInput::from_sequences(&ids)?;
         let all_normalized = normalize.iter().all(|&n| n);
-        let flat = if all_normalized {
-            // The common case: pooled and normalized on the device (whatever the model's own
-            // Normalize module says: the request asked for unit length).
-            self.embedder
-                .embed_input_with(&input, true)?
-                .to_vec::<f32>()?
+        let mixed = ids.windows(2).any(|w| w[0].len() != w[1].len());
+        let flat = if all_normalized && mixed && self.embedder.packs() {
+            // Mixed lengths where the embedder packs (its pooling is normalized mean pooling,
+            // what the requests asked for): concatenated with no padding, so the batch costs
+            // its tokens, as the queue budgeted it (`packs`).
+            self.packed_batches.fetch_add(1, Ordering::Relaxed);
+            let input = PackedInput::from_sequences(&ids)?;
+            self.embedder.embed_packed(&input)?.to_vec::<f32>()?
         } else {
+            // Padded to the batch's longest input (masked); pooled and normalized on the
+            // device when every request asked for unit length (whatever the model's own
+            // Normalize module says), else normalized per row below.
+            let input = BertInput::from_sequences(&ids)?;
             self.embedder
-                .embed_input_with(&input, false)?
+                .embed_input_with(&input, all_normalized)?
                 .to_vec::<f32>()?
         };
         let mut rows: Vec<Vec<f32>> = flat
@@ -111,6 +115,7 @@ pub struct EmbedderEndpoint {
     limits: Arc<TextLimits>,
     /// The model's own prompts by text, read once at start-up (see [`Prompt`]).
     prompts: BTreeMap<String, Arc<Prompt>>,
+    packed_batches: Arc<AtomicU64>,
     vocab_size: usize,
     dim: usize,
     /// The first replica's embedder (its prompts and pooling, which replicas share).
@@ -161,21 +166,37 @@ impl EmbedderEndpoint {
         let vocab_size = embedder.model().config().vocab_size;
         let dim = embedder.dim();
         let first = embedder.clone();
+        let packed_batches = Arc::new(AtomicU64::new(0));
         let replicas = Replicas::new(
-            embedders
-                .into_iter()
-                .map(|(label, embedder)| (label, EmbedBatch { embedder })),
+            embedders.into_iter().map(|(label, embedder)| {
+                let packed_batches = packed_batches.clone();
+                (
+                    label,
+                    EmbedBatch {
+                        embedder,
+                        packed_batches,
+                    },
+                )
+            }),
             batch,
         )
         .map_err(Error::Batch)?;
         Ok(Self {
             limits: Arc::new(limits),
             prompts,
+            packed_batches,
             vocab_size,
             dim,
             embedder: first,
             replicas,
         })
+    }
+
+    /// Batches of mixed lengths run packed so far, summed over the replicas: the model packs
+    /// ([`SentenceEmbedder::packs`]: half precision on the CPU and CUDA, BERT-family with
+    /// normalized mean pooling) and every request of the batch asked for unit length.
+    pub fn packed_batches(&self) -> u64 {
+        self.packed_batches.load(Ordering::Relaxed)
     }
 
     /// The embedding width.
