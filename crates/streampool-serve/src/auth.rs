@@ -112,7 +112,7 @@ pub(crate) async fn require_key(
             // Each protocol's clients read errors in their own format.
             if path.starts_with("/v1/") {
                 crate::openai::OpenAiError(e).into_response()
-            } else if matches!(path, "/embed" | "/" | "/info") {
+            } else if crate::tei::PATHS.contains(&path) {
                 crate::tei::TeiError::from(e).into_response()
             } else {
                 e.into_response()

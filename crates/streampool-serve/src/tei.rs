@@ -38,6 +38,10 @@ use crate::models::{ClassifierEndpoint, ServedModel};
 use crate::state::AppState;
 use crate::Error;
 
+/// The paths of TEI's routes: their errors, a missing API key's 401 included, are in TEI's
+/// format.
+pub(crate) const PATHS: [&str; 6] = ["/embed", "/rerank", "/predict", "/", "/info", "/health"];
+
 /// TEI's error kinds, as its OpenAPI examples spell them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

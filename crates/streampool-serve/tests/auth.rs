@@ -54,6 +54,8 @@ async fn every_model_route_needs_the_key_and_probes_stay_open() {
                 message.is_some_and(|m| m.contains("API key")),
                 "{path}: {err}"
             );
+            let tei = matches!(*path, "/embed" | "/");
+            assert_eq!(err.get("error_type").is_some(), tei, "{path}: {err}");
         }
         let resp = s
             .client
@@ -64,6 +66,19 @@ async fn every_model_route_needs_the_key_and_probes_stay_open() {
             .await
             .expect("POST");
         assert_eq!(resp.status(), 200, "{path} with the key");
+    }
+    // TEI's other routes answer a missing key in TEI's format too.
+    for path in ["/rerank", "/predict"] {
+        let resp = s
+            .client
+            .post(s.url(path))
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(resp.status(), 401, "{path}");
+        let err: Value = resp.json().await.expect("a JSON error");
+        assert_eq!(err["error_type"], "unauthorized", "{path}: {err}");
     }
     for path in [
         "/v2/models/mlp",
@@ -90,7 +105,8 @@ async fn every_model_route_needs_the_key_and_probes_stay_open() {
         .lines()
         .find(|l| l.starts_with("streampool_http_unauthorized_total"))
         .expect("the unauthorized counter");
-    assert!(refused.ends_with(" 21"), "{refused}");
+    // 4 refused tries on each of 4 routes, 2 more TEI routes, 5 GETs.
+    assert!(refused.ends_with(" 23"), "{refused}");
     s.handle.shutdown().await.expect("shutdown");
 }
 
