@@ -37,7 +37,20 @@ impl Classifier {
     /// Loads a classification checkpoint folder (`config.json`, `model.safetensors`,
     /// `tokenizer.json`) with weights in `dtype`; inputs are truncated to the model's
     /// positions (or `sentence_bert_config.json`'s `max_seq_length`).
+    ///
+    /// # Errors
+    /// A quantized dtype (`int8`) is refused ([`Error::UnsupportedDType`]): the accuracy gate
+    /// measures embeddings, and a quantized model runs only behind a gate.
     pub fn load_with(device: &Device, dir: impl AsRef<Path>, dtype: ComputeDType) -> Result<Self> {
+        if dtype.is_quantized() {
+            return Err(Error::UnsupportedDType {
+                dtype,
+                device: device.name(),
+                reason: "classifiers and rerankers have no accuracy gate yet (it measures \
+                         sentence embeddings); load them in f32, f16 or bf16"
+                    .into(),
+            });
+        }
         let dir = dir.as_ref();
         let model = BertModel::load_with(device, dir, dtype)?;
         let max_len = crate::embedder::max_seq_length(dir)?

@@ -11,7 +11,8 @@ use streampool_nn::accuracy::{
     gate_corpus, measure, AccuracyThresholds, QuantizationGate, GATE_TOP_K,
 };
 use streampool_nn::{
-    tiny_bert_dir, tiny_model_dir, BertModel, ComputeDType, Error, LoadOptions, SentenceEmbedder,
+    tiny_bert_dir, tiny_model_dir, BertModel, Classifier, ComputeDType, Error, LoadOptions,
+    SentenceEmbedder,
 };
 
 /// (dtype, max abs diff of the last hidden state, min embedding cosine).
@@ -146,4 +147,11 @@ fn a_quantized_model_that_misses_the_gate_is_refused_unless_forced() {
     )
     .unwrap();
     assert!(f16.accuracy_report().is_none());
+    // Classifiers have no gate, so no int8.
+    let e = Classifier::load_with(
+        &dev,
+        tiny_model_dir("tiny-bert-classifier"),
+        ComputeDType::Int8,
+    );
+    assert!(matches!(e, Err(Error::UnsupportedDType { .. })));
 }
