@@ -87,6 +87,17 @@ impl InputLimit {
     }
 }
 
+impl InputLimit {
+    /// The refusal of `text` for being longer than the byte cap with nothing settled.
+    fn too_large(&self, text: &str) -> Error {
+        Error::InputTooLarge {
+            bytes: text.len(),
+            max: self.max_bytes,
+            max_tokens: self.max_tokens,
+        }
+    }
+}
+
 /// The content tokens read of one text.
 enum Read {
     /// All of the text.
@@ -197,13 +208,7 @@ impl BertTokenizer {
             Read::Whole(ids) => (ids, true),
             Read::Prefix(ids) => (ids, false),
             Read::Capped(ids) if limit.truncate => (ids, true),
-            Read::Capped(_) => {
-                return Err(Error::InputTooLarge {
-                    bytes: text.len(),
-                    max: limit.max_bytes,
-                    max_tokens: limit.max_tokens,
-                })
-            }
+            Read::Capped(_) => return Err(limit.too_large(text)),
         };
         let mut content = Vec::with_capacity((head.len() + body.len()).min(content_max + 1));
         content.extend_from_slice(head);
@@ -353,11 +358,6 @@ impl BertTokenizer {
     fn read_pair_side(&self, text: &str, limit: &InputLimit) -> Result<(Vec<u32>, bool)> {
         let max = limit.max_bytes;
         let stop = limit.max_tokens;
-        let too_large = || Error::InputTooLarge {
-            bytes: text.len(),
-            max,
-            max_tokens: limit.max_tokens,
-        };
         let mut target = stop.saturating_mul(FIRST_READ_BYTES_PER_TOKEN).max(32);
         if text.len() <= target.min(max) {
             // Short texts (the common case) on the fast path, when they stop short of the limit.
@@ -368,7 +368,7 @@ impl BertTokenizer {
         }
         let left = self.truncates_left();
         if left && text.len() > max {
-            return Err(too_large());
+            return Err(limit.too_large(text));
         }
         loop {
             let whole = text.len() <= target.min(max) || left;
@@ -399,7 +399,7 @@ impl BertTokenizer {
                 return if limit.truncate {
                     Ok((enc.get_ids().to_vec(), true))
                 } else {
-                    Err(too_large())
+                    Err(limit.too_large(text))
                 };
             }
             target = target.saturating_mul(2);
@@ -436,11 +436,7 @@ impl BertTokenizer {
             return if text.len() <= max {
                 Ok(Read::Whole(self.content_all(text)?))
             } else {
-                Err(Error::InputTooLarge {
-                    bytes: text.len(),
-                    max,
-                    max_tokens: limit.max_tokens,
-                })
+                Err(limit.too_large(text))
             };
         }
         let mut target = need.saturating_mul(FIRST_READ_BYTES_PER_TOKEN).max(32);
