@@ -18,13 +18,12 @@ mkdir -p "$OUT"
     --scenarios forward,ceiling --ceiling-batches 64,512 --forward-batches 64,512 --seconds 1 \
     --out "$OUT/ours-dtypes" 2>&1 | tee "$OUT/ours-dtypes.log"
 
-# 2. BatchQueue, 64 callers, f16, max_batch 64, 1 ms: with the preparing stage (default) and
-#    tokenizing inline (--no-prepare-stage). Each JSON batching point has ceiling_fraction
+# 2. BatchQueue, 64 callers, f16, max_batch 64, 1 ms, through the inference core's embedder
+#    (each caller tokenizes its own text, as a server handler does). Each JSON batching point has ceiling_fraction
 #    (vs end to end at batch 64), forward_fraction (vs the f16 forward at batch 64, target
 #    >= 0.9), prepare_ms_per_batch and forward_ms_per_batch (the host share of a batch).
-for mode in prep inline; do
+for mode in core; do
     extra=()
-    [ "$mode" = inline ] && extra=(--no-prepare-stage)
     "$B" bench --device cuda --minilm "$M" --dtype f16 --workloads minilm32,minilm128 \
         --scenarios forward,ceiling,batching --threads 64 --max-batch 64 --max-wait-ms 1 \
         --ceiling-batches 64 --forward-batches 64 --seconds 1.5 "${extra[@]}" \

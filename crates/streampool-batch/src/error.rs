@@ -21,9 +21,10 @@ pub enum BatchError {
     #[error("deadline exceeded before the request was run")]
     DeadlineExceeded,
     /// The model returned an error or panicked on the batch holding this request; every
-    /// request of that batch gets the same message, and the queue keeps serving.
+    /// request of that batch gets the same error (shared, with its type: see
+    /// [`ModelFailure::downcast_ref`]), and the queue keeps serving.
     #[error("model failed on this batch: {0}")]
-    Model(String),
+    Model(ModelFailure),
     /// The queue was shut down before the request was answered (or a submit came after it).
     #[error("batch queue shut down")]
     ShutDown,
@@ -109,3 +110,77 @@ pub enum Overload {
 
 /// The error type a [`BatchModel`](crate::BatchModel) returns from a batch: any error.
 pub type ModelError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A model's failure on one batch, as every request of that batch receives it: the model's
+/// own error, shared rather than flattened to text, so a caller can tell a device out of
+/// memory from a bad weight file by its type ([`ModelFailure::downcast_ref`]). Cloning it
+/// clones a reference.
+///
+/// ```
+/// use streampool_batch::{ModelError, ModelFailure};
+/// let e: ModelError = Box::new(std::io::Error::other("disk gone"));
+/// let failure = ModelFailure::from(e);
+/// assert!(failure.downcast_ref::<std::io::Error>().is_some());
+/// assert_eq!(failure.to_string(), "disk gone");
+/// assert!(ModelFailure::panicked("boom").is_panic());
+/// ```
+#[derive(Clone)]
+pub struct ModelFailure(std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+/// The failure of a model call that panicked: the panic's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("model panicked: {0}")]
+pub struct ModelPanic(pub String);
+
+impl ModelFailure {
+    /// A failure for a batch whose model call panicked with `message`.
+    pub fn panicked(message: impl Into<String>) -> Self {
+        Self(std::sync::Arc::new(ModelPanic(message.into())))
+    }
+
+    /// A failure described by `message` alone (e.g. a model that broke the batch contract).
+    pub fn message(message: impl Into<String>) -> Self {
+        let e: ModelError = message.into().into();
+        Self::from(e)
+    }
+
+    /// The model's error as an `E`, if it is one.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref::<E>()
+    }
+
+    /// Whether the model call panicked (a bug in the model, not a property of its inputs).
+    pub fn is_panic(&self) -> bool {
+        self.downcast_ref::<ModelPanic>().is_some()
+    }
+
+    /// The model's error itself.
+    pub fn error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl From<ModelError> for ModelFailure {
+    fn from(e: ModelError) -> Self {
+        Self(std::sync::Arc::from(e))
+    }
+}
+
+impl std::fmt::Display for ModelFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for ModelFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// Two failures are equal when they say the same (errors themselves have no equality).
+impl PartialEq for ModelFailure {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.to_string() == other.to_string()
+    }
+}

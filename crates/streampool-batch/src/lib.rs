@@ -69,7 +69,7 @@ mod loom_tests;
 
 pub use batch_queue::BatchQueue;
 pub use config::BatchConfig;
-pub use error::{BatchError, ModelError, Overload};
+pub use error::{BatchError, ModelError, ModelFailure, ModelPanic, Overload};
 pub use model::{BatchContext, BatchModel, Prepared};
 pub use replicas::{ReplicaStats, Replicas};
 pub use row_model::RowModel;

@@ -14,7 +14,7 @@ use crate::queue::Hold;
 use crate::shared::{Request, Shared};
 use crate::slot::{Claim, Responder};
 use crate::stats::Outcome;
-use crate::{BatchContext, BatchError, BatchModel, Prepared};
+use crate::{BatchContext, BatchError, BatchModel, ModelFailure, Prepared};
 
 /// A claimed batch: its inputs, its callers (answer slot and submit time), its total cost
 /// and tokens.
@@ -245,7 +245,7 @@ impl<M: BatchModel> Shared<M> {
         &self,
         waiting: Vec<(Responder<M::Output>, Instant)>,
         cost: u64,
-        result: Result<Vec<M::Output>, String>,
+        result: Result<Vec<M::Output>, ModelFailure>,
         done: Instant,
     ) {
         let n = waiting.len();
@@ -254,11 +254,11 @@ impl<M: BatchModel> Shared<M> {
         self.settle(cost);
         let outputs = match result {
             Ok(outputs) if outputs.len() == n => Ok(outputs),
-            Ok(outputs) => Err(format!(
+            Ok(outputs) => Err(ModelFailure::message(format!(
                 "model returned {} outputs for a batch of {n}",
                 outputs.len()
-            )),
-            Err(msg) => Err(msg),
+            ))),
+            Err(failure) => Err(failure),
         };
         match outputs {
             Ok(outputs) => {
@@ -271,22 +271,23 @@ impl<M: BatchModel> Shared<M> {
                     responder.answer(Ok(out));
                 }
             }
-            Err(msg) => {
+            Err(failure) => {
                 self.stats.count(Outcome::Failed, n as u64);
                 for (responder, _) in waiting {
-                    responder.answer(Err(BatchError::Model(msg.clone())));
+                    responder.answer(Err(BatchError::Model(failure.clone())));
                 }
             }
         }
     }
 }
 
-/// A model call's outcome, errors and panics alike as the message every caller gets.
-fn flatten<T>(r: std::thread::Result<Result<T, crate::ModelError>>) -> Result<T, String> {
+/// A model call's outcome, errors and panics alike as the failure every caller gets (the
+/// error itself, shared, so callers can still tell its kind).
+fn flatten<T>(r: std::thread::Result<Result<T, crate::ModelError>>) -> Result<T, ModelFailure> {
     match r {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(panic) => Err(format!("model panicked: {}", panic_message(&*panic))),
+        Ok(Err(e)) => Err(ModelFailure::from(e)),
+        Err(panic) => Err(ModelFailure::panicked(panic_message(&*panic))),
     }
 }
 

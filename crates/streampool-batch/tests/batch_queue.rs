@@ -177,7 +177,7 @@ fn assert_all_model_errors(answers: &[Result<u64, BatchError>], needle: &str) {
     assert_eq!(answers.len(), 3);
     for a in answers {
         match a {
-            Err(BatchError::Model(msg)) => assert!(msg.contains(needle), "{msg}"),
+            Err(BatchError::Model(msg)) => assert!(msg.to_string().contains(needle), "{msg}"),
             other => panic!("expected a model error, got {other:?}"),
         }
     }
@@ -191,6 +191,14 @@ fn model_error_fails_its_whole_batch_and_the_queue_keeps_serving() {
     };
     let (answers, model) = run_as_one_batch(model, &[12, 13, 14]);
     assert_all_model_errors(&answers, "tag refused");
+    // Every caller gets the model's own error, with its type, not only its text.
+    for a in &answers {
+        let Err(BatchError::Model(failure)) = a else {
+            unreachable!("checked above")
+        };
+        assert!(failure.downcast_ref::<std::io::Error>().is_some());
+        assert!(!failure.is_panic());
+    }
     assert!(model.batches.lock().contains(&vec![12, 13, 14]));
 }
 
@@ -202,6 +210,9 @@ fn model_panic_fails_its_whole_batch_and_the_queue_keeps_serving() {
     };
     let (answers, _) = run_as_one_batch(model, &[665, 666, 667]);
     assert_all_model_errors(&answers, "tag exploded");
+    assert!(answers
+        .iter()
+        .all(|a| matches!(a, Err(BatchError::Model(f)) if f.is_panic())));
 }
 
 #[test]

@@ -238,8 +238,12 @@ fn a_failing_or_panicking_preparation_answers_its_batch_and_the_queue_goes_on() 
     for t in 0..10u64 {
         let got = queue.infer(t);
         match t {
-            5 => assert!(matches!(got, Err(BatchError::Model(m)) if m.contains("refused"))),
-            7 => assert!(matches!(got, Err(BatchError::Model(m)) if m.contains("exploded"))),
+            5 => assert!(
+                matches!(got, Err(BatchError::Model(m)) if m.to_string().contains("refused"))
+            ),
+            7 => assert!(
+                matches!(got, Err(BatchError::Model(m)) if m.to_string().contains("exploded"))
+            ),
             _ => assert_eq!(got, Ok(2 * t + 1)),
         }
     }

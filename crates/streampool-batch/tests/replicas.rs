@@ -218,7 +218,7 @@ fn a_failing_replica_fails_only_its_own_requests() {
                                 ok += 1;
                             }
                             Err(BatchError::Model(msg)) => {
-                                assert!(msg.contains("replica broken"), "{msg}");
+                                assert!(msg.to_string().contains("replica broken"), "{msg}");
                                 failed += 1;
                             }
                             Err(other) => panic!("unexpected error {other}"),

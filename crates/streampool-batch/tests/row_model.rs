@@ -103,7 +103,7 @@ fn a_forward_with_the_wrong_output_shape_is_a_model_error() {
     let model = RowModel::new(dev.clone(), IN, |x: &Tensor| x.t()?.contiguous());
     let queue = BatchQueue::new(model, BatchConfig::default()).unwrap();
     match queue.infer(row(0)) {
-        Err(BatchError::Model(msg)) => assert!(msg.contains("shape"), "{msg}"),
+        Err(BatchError::Model(msg)) => assert!(msg.to_string().contains("shape"), "{msg}"),
         other => panic!("expected a model error, got {other:?}"),
     }
 }

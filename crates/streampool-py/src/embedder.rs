@@ -8,6 +8,7 @@ use std::time::Instant;
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
+use streampool_core::{EmbedBatch, EmbedInput};
 use streampool_nn::{ComputeDType, SentenceEmbedder};
 
 use crate::{device, Error, Result};
@@ -23,7 +24,9 @@ const IN_FLIGHT: usize = 2;
 #[pyclass(frozen, module = "streampool._streampool", name = "SentenceEmbedder")]
 pub struct PyEmbedder {
     pub(crate) inner: Arc<SentenceEmbedder>,
-    device: String,
+    /// The inference core's batch adapter of `inner`: what the server and `BatchQueue` run.
+    batch: EmbedBatch,
+    pub(crate) device: String,
     dtype: ComputeDType,
     path: PathBuf,
 }
@@ -64,12 +67,6 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Scales `row` to unit length (a zero row stays zero, as torch's `normalize` with its eps).
-pub(crate) fn l2_normalize(row: &mut [f32]) {
-    let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-    row.iter_mut().for_each(|x| *x /= norm);
-}
-
 impl PyEmbedder {
     /// Embeds `texts` into `out` (`[texts.len(), dim]`, row-major), in batches of `batch`
     /// texts sorted by length (as sentence-transformers sorts, so a batch pads to similar
@@ -78,18 +75,18 @@ impl PyEmbedder {
     fn encode_into(
         &self,
         texts: &[&str],
+        prompt: Option<&str>,
         batch: usize,
         normalize: bool,
         out: &mut [f32],
         interrupt: &dyn Fn() -> PyResult<()>,
     ) -> PyResult<()> {
-        let emb = &self.inner;
-        let dim = emb.dim();
+        let dim = self.inner.dim();
         // Longest first: the first batch finds any out-of-memory at once, as in
         // sentence-transformers.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(texts[i].len()));
-        let normalize = normalize && !emb.pooling().normalize;
+        let normalize = normalize || self.inner.pooling().normalize;
         let mut pending = std::collections::VecDeque::with_capacity(IN_FLIGHT);
         let mut chunks = order.chunks(batch.max(1)).peekable();
         let several = order.len() > batch;
@@ -97,22 +94,25 @@ impl PyEmbedder {
             if pending.len() < IN_FLIGHT {
                 if let Some(chunk) = chunks.next() {
                     let refs: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-                    let input = emb.tokenize(&refs).map_err(Error::from)?;
-                    pending.push_back((chunk, emb.embed_input(&input).map_err(Error::from)?));
+                    let inputs: Vec<EmbedInput> = self
+                        .batch
+                        .tokenize(&refs, prompt)
+                        .map_err(Error::from)?
+                        .into_iter()
+                        .map(|ids| EmbedInput { ids, normalize })
+                        .collect();
+                    let launched = self.batch.launch(&inputs).map_err(Error::from)?;
+                    pending.push_back((chunk, launched));
                     continue;
                 }
             }
-            let Some((chunk, embeddings)) = pending.pop_front() else {
+            let Some((chunk, launched)) = pending.pop_front() else {
                 break;
             };
-            let flat = embeddings.to_vec::<f32>().map_err(Error::from)?;
-            emb.check_finite(&flat).map_err(Error::from)?;
-            for (row, &i) in flat.chunks_exact(dim).zip(chunk) {
-                let dst = &mut out[i * dim..(i + 1) * dim];
-                dst.copy_from_slice(row);
-                if normalize {
-                    l2_normalize(dst);
-                }
+            let wishes = vec![normalize; chunk.len()];
+            let rows = launched.rows(&self.inner, &wishes).map_err(Error::from)?;
+            for (row, &i) in rows.into_iter().zip(chunk) {
+                out[i * dim..(i + 1) * dim].copy_from_slice(&row.map_err(Error::from)?);
             }
             if several {
                 interrupt()?;
@@ -144,9 +144,10 @@ impl PyEmbedder {
         let load = || -> Result<Self> {
             let dev = device::open(device)?;
             let dtype = device::dtype(dtype, &dev)?;
-            let inner = SentenceEmbedder::load_with(&dev, &path, dtype)?;
+            let inner = Arc::new(SentenceEmbedder::load_with(&dev, &path, dtype)?);
             Ok(Self {
-                inner: Arc::new(inner),
+                batch: EmbedBatch::new(inner.clone()),
+                inner,
                 device: device::name(&dev),
                 dtype,
                 path: path.clone(),
@@ -198,19 +199,19 @@ impl PyEmbedder {
             // GIL is released below.
             let out = unsafe { array.as_slice_mut() }.map_err(|e| Error::Value(e.to_string()))?;
             py.allow_threads(|| {
-                let prefixed: Vec<String>;
-                let refs: Vec<&str> = match &prefix {
-                    Some(p) => {
-                        prefixed = texts.iter().map(|t| format!("{p}{t}")).collect();
-                        prefixed.iter().map(String::as_str).collect()
-                    }
-                    None => texts.iter().map(String::as_str).collect(),
-                };
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                 // Ctrl-C: the signal handler only sets a flag, which Python checks when it
                 // holds the GIL; between batches we take it briefly to look (a no-op off the
                 // main thread).
                 let interrupt = || Python::with_gil(|py| py.check_signals());
-                self.encode_into(&refs, batch_size, normalize_embeddings, out, &interrupt)
+                self.encode_into(
+                    &refs,
+                    prefix.as_deref(),
+                    batch_size,
+                    normalize_embeddings,
+                    out,
+                    &interrupt,
+                )
             })?;
         }
         if single {

@@ -14,6 +14,9 @@ pub enum Error {
     /// The batch queue refused or failed a request.
     #[error(transparent)]
     Batch(#[from] streampool_batch::BatchError),
+    /// The inference core refused or failed a request (by kind: see the conversion below).
+    #[error(transparent)]
+    Core(#[from] streampool_core::Error),
     /// A bad argument from Python (an empty list, an unknown device or dtype).
     #[error("{0}")]
     Value(String),
@@ -48,6 +51,7 @@ fn runtime(e: &streampool::Error, msg: String) -> PyErr {
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         use streampool_batch::BatchError as B;
+        use streampool_core::Error as C;
         use streampool_nn::Error as N;
         let msg = e.to_string();
         match e {
@@ -68,6 +72,13 @@ impl From<Error> for PyErr {
             // Overload and deadlines: the caller may retry; `RuntimeError` with the estimate
             // in the message.
             Error::Batch(B::QueueFull { .. } | B::DeadlineExceeded) => PyRuntimeError::new_err(msg),
+            Error::Core(C::DeviceOutOfMemory { .. }) => PyMemoryError::new_err(msg),
+            Error::Core(C::InvalidInput(_) | C::InputTooLong(_) | C::InputTooLarge(_)) => {
+                PyValueError::new_err(msg)
+            }
+            // Overload, deadlines, shutdown, non-finite rows and model failures: the input
+            // was acceptable, the computation or the moment was not.
+            Error::Core(_) => PyRuntimeError::new_err(msg),
             // Bad model files, bad inputs, bad queue settings.
             Error::Nn(_) | Error::Batch(_) => PyValueError::new_err(msg),
         }

@@ -16,76 +16,19 @@ use std::time::Duration;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
-use streampool::Device;
-use streampool_batch::{BatchConfig, BatchContext, BatchModel, BatchQueue, Handle, ModelError};
-use streampool_nn::{BertInput, SentenceEmbedder};
+use streampool_batch::{BatchConfig, Handle};
+use streampool_core::{EmbedderEndpoint, ModelConfig, RowOutput};
 
-use crate::embedder::{l2_normalize, to_numpy, PyEmbedder};
+use crate::embedder::{to_numpy, PyEmbedder};
 use crate::{Error, Result};
-
-/// One request: a tokenized text (ids with special tokens).
-struct EmbedRequest {
-    ids: Vec<i64>,
-}
-
-/// One request's embedding, or why it has none: a non-finite row (a half-precision overflow)
-/// fails its own request only.
-type EmbedOutput = std::result::Result<Vec<f32>, String>;
-
-/// The batch side: one padded forward per batch, the model's pooling.
-struct EmbedBatch {
-    embedder: Arc<SentenceEmbedder>,
-}
-
-impl BatchModel for EmbedBatch {
-    type Input = EmbedRequest;
-    type Output = EmbedOutput;
-
-    fn forward_batch(
-        &self,
-        inputs: Vec<EmbedRequest>,
-        _ctx: &BatchContext,
-    ) -> std::result::Result<Vec<EmbedOutput>, ModelError> {
-        let ids: Vec<Vec<i64>> = inputs.into_iter().map(|r| r.ids).collect();
-        let input = BertInput::from_sequences(&ids)?;
-        let flat = self.embedder.embed_input(&input)?.to_vec::<f32>()?;
-        Ok(flat
-            .chunks_exact(self.embedder.dim())
-            .map(|row| match self.embedder.check_finite(row) {
-                Ok(()) => Ok(row.to_vec()),
-                Err(e) => Err(e.to_string()),
-            })
-            .collect())
-    }
-
-    fn check_input(&self, r: &EmbedRequest) -> std::result::Result<(), ModelError> {
-        if r.ids.is_empty() {
-            return Err("an input has no tokens".into());
-        }
-        Ok(())
-    }
-
-    fn input_len(&self, r: &EmbedRequest) -> usize {
-        r.ids.len()
-    }
-
-    fn cost(&self, r: &EmbedRequest) -> u64 {
-        r.ids.len() as u64
-    }
-
-    fn device(&self) -> Option<Device> {
-        Some(self.embedder.model().device().clone())
-    }
-}
 
 /// A request waiting for its answer on the completion thread.
 struct Waiter {
     /// Taken when the answer is delivered. Only the completion thread locks it (the waker
     /// merely sends the `Arc`), so the lock is never contended; it is held while polling,
     /// which does not block.
-    handle: Mutex<Option<Handle<EmbedOutput>>>,
+    handle: Mutex<Option<Handle<RowOutput>>>,
     callback: Py<PyAny>,
-    normalize: bool,
     completions: Sender<Arc<Waiter>>,
 }
 
@@ -117,16 +60,12 @@ fn complete(rx: Receiver<Arc<Waiter>>) {
             }
         };
         let result = answer
-            .map_err(Error::from)
-            .and_then(|row| row.map_err(|e| Error::Nn(streampool_nn::Error::NonFinite(e))));
+            .map_err(streampool_core::Error::from_batch)
+            .and_then(|row| row)
+            .map_err(Error::from);
         Python::with_gil(|py| {
             let (value, error) = match result {
-                Ok(mut row) => {
-                    if waiter.normalize {
-                        l2_normalize(&mut row);
-                    }
-                    (to_numpy(py, row).into_any().unbind(), py.None())
-                }
+                Ok(row) => (to_numpy(py, row).into_any().unbind(), py.None()),
                 Err(e) => (py.None(), PyErr::from(e).into_value(py).into_any()),
             };
             if let Err(e) = waiter.callback.call1(py, (value, error)) {
@@ -145,23 +84,28 @@ fn complete(rx: Receiver<Arc<Waiter>>) {
     name = "BatchQueue"
 )]
 pub struct PyBatchQueue {
-    queue: Arc<BatchQueue<EmbedBatch>>,
-    embedder: Arc<SentenceEmbedder>,
+    /// The inference core's embedder: one replica, this queue's settings; the server's
+    /// endpoint and batch adapter, so a text gets the same embedding through either.
+    endpoint: Arc<EmbedderEndpoint>,
+    /// The model's default prompt, prepended to every text.
+    prompt: Option<String>,
+    /// Every embedding has unit length (asked, or the model's own pooling normalizes).
     normalize: bool,
     completions: Sender<Arc<Waiter>>,
 }
 
 impl PyBatchQueue {
-    /// Tokenizes `text` (with the model's default prompt) for the queue.
-    fn request(&self, text: &str) -> Result<EmbedRequest> {
-        let ids = match self.embedder.default_prompt().filter(|p| !p.is_empty()) {
-            Some(p) => self
-                .embedder
-                .tokenizer()
-                .encode_ids(&format!("{p}{text}"))?,
-            None => self.embedder.tokenizer().encode_ids(text)?,
-        };
-        Ok(EmbedRequest { ids })
+    /// Tokenizes `text` (with the model's default prompt; truncated to the model's limit,
+    /// as sentence-transformers does) and queues it.
+    fn queue(&self, text: &str) -> Result<Handle<RowOutput>> {
+        let ids = self
+            .endpoint
+            .tokenize_texts_blocking(&[text], self.prompt.as_deref(), true)?;
+        let mut handles = self.endpoint.submit(ids, self.normalize, None)?;
+        // One input, one handle.
+        handles
+            .pop()
+            .ok_or_else(|| Error::Value("the queue answered no handle".into()))
     }
 }
 
@@ -208,27 +152,36 @@ impl PyBatchQueue {
             .into());
         }
         let embedder = model.get().inner.clone();
-        let config = BatchConfig {
-            max_batch_size,
-            max_batch_tokens,
-            max_queue,
-            max_wait: Duration::from_secs_f64(max_wait_ms / 1000.0),
-            workers,
-            ..BatchConfig::default()
+        let config = ModelConfig {
+            truncate: true,
+            batch: BatchConfig {
+                max_batch_size,
+                max_batch_tokens,
+                max_queue,
+                max_wait: Duration::from_secs_f64(max_wait_ms / 1000.0),
+                workers,
+                ..BatchConfig::default()
+            },
+            ..ModelConfig::default()
         };
-        let model = EmbedBatch {
-            embedder: embedder.clone(),
-        };
-        let queue = py.allow_threads(|| BatchQueue::new(model, config).map_err(Error::from))?;
+        let prompt = embedder
+            .default_prompt()
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned);
+        let normalize = normalize_embeddings || embedder.pooling().normalize;
+        let label = model.get().device.clone();
+        let endpoint = py.allow_threads(|| {
+            EmbedderEndpoint::new(vec![(label, embedder)], &config).map_err(Error::from)
+        })?;
         let (tx, rx) = unbounded();
         std::thread::Builder::new()
             .name("streampool-py-completions".into())
             .spawn(move || complete(rx))
             .map_err(|e| Error::Value(format!("could not start the completion thread: {e}")))?;
         Ok(Self {
-            queue: Arc::new(queue),
-            normalize: normalize_embeddings && !embedder.pooling().normalize,
-            embedder,
+            endpoint: Arc::new(endpoint),
+            prompt,
+            normalize,
             completions: tx,
         })
     }
@@ -241,14 +194,7 @@ impl PyBatchQueue {
     ) -> PyResult<Bound<'py, PyAny>> {
         let text = text_arg(text)?;
         let row = py.allow_threads(|| -> Result<Vec<f32>> {
-            let mut row = self
-                .queue
-                .infer(self.request(&text)?)?
-                .map_err(|e| Error::Nn(streampool_nn::Error::NonFinite(e)))?;
-            if self.normalize {
-                l2_normalize(&mut row);
-            }
-            Ok(row)
+            Ok(streampool_core::wait_row(self.queue(&text)?, 0)?)
         })?;
         Ok(to_numpy(py, row).into_any())
     }
@@ -257,12 +203,10 @@ impl PyBatchQueue {
     /// `callback(None, exception)` is called later from the queue's completion thread.
     fn submit(&self, py: Python<'_>, text: &Bound<'_, PyAny>, callback: Py<PyAny>) -> PyResult<()> {
         let text = text_arg(text)?;
-        let handle =
-            py.allow_threads(|| -> Result<_> { Ok(self.queue.submit(self.request(&text)?)?) })?;
+        let handle = py.allow_threads(|| self.queue(&text))?;
         let waiter = Arc::new(Waiter {
             handle: Mutex::new(Some(handle)),
             callback,
-            normalize: self.normalize,
             completions: self.completions.clone(),
         });
         // The completion thread polls it first; see the module docs.
@@ -273,16 +217,16 @@ impl PyBatchQueue {
     /// Requests waiting in the queue.
     #[getter]
     fn queue_len(&self) -> usize {
-        self.queue.queue_len()
+        self.endpoint.replicas().queue_len()
     }
 
     /// Stops accepting requests and answers the waiting ones once they have run.
     fn shutdown(&self, py: Python<'_>) {
-        py.allow_threads(|| self.queue.shutdown());
+        py.allow_threads(|| self.endpoint.shutdown());
     }
 
     fn __repr__(&self) -> String {
-        let c = self.queue.config();
+        let c = self.endpoint.batch_config();
         format!(
             "BatchQueue(max_batch_tokens={}, max_batch_size={}, workers={}, max_queue={})",
             c.max_batch_tokens, c.max_batch_size, c.workers, c.max_queue

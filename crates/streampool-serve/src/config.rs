@@ -125,6 +125,17 @@ impl Default for ServeConfig {
 }
 
 impl ServeConfig {
+    /// What the inference core holds every served model to: the text limits and batch
+    /// settings of this configuration.
+    pub fn model_config(&self) -> streampool_core::ModelConfig {
+        streampool_core::ModelConfig {
+            max_seq_len: self.max_seq_len,
+            truncate: self.truncate,
+            max_input_bytes: self.max_input_bytes,
+            batch: self.batch.clone(),
+        }
+    }
+
     /// Checks that every limit is positive and the batch settings are valid.
     pub fn validate(&self) -> crate::Result<()> {
         let positive = [

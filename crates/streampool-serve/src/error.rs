@@ -55,6 +55,11 @@ pub enum Error {
     /// TEI does).
     #[error("{0}")]
     Overloaded(Shed),
+    /// The device ran out of memory on the batch that held this request: answered 503 with
+    /// `Retry-After` (the memory is free again once the batch is gone), and the server goes
+    /// on serving.
+    #[error("{0}")]
+    DeviceOutOfMemory(Shed),
     /// The model's batch queue is shutting down: retry elsewhere. Answered 503 with
     /// `Retry-After`.
     #[error("{0}")]
@@ -156,33 +161,25 @@ impl Error {
             Error::NonFinite(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Error::Overloaded(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Overloaded(_) | Error::DeviceOutOfMemory(_) | Error::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// Maps a batch-queue answer to the error a client sees: a full queue is 503 (shed load,
-    /// never wait), a passed deadline 504, a refused input 400, a failed batch 500.
+    /// Maps a batch-queue answer to the error a client sees (through the core's kinds: see
+    /// `From<streampool_core::Error>`).
     pub fn from_batch(e: BatchError) -> Self {
-        match e {
-            BatchError::QueueFull { retry_after, .. } => Error::Overloaded(Shed {
-                message: e.to_string(),
-                retry_after,
-            }),
-            BatchError::ShutDown => Error::Unavailable(e.to_string()),
-            BatchError::DeadlineExceeded => Error::Timeout(e.to_string()),
-            BatchError::InputTooLong { .. } => Error::InputTooLong(e.to_string()),
-            BatchError::InvalidInput(_) => Error::BadRequest(e.to_string()),
-            other => Error::Internal(other.to_string()),
-        }
+        streampool_core::Error::from_batch(e).into()
     }
 
     /// When a client should retry: the queue's estimate for a load refusal, a second while
     /// shutting down; `None` for errors a retry would not cure.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::Overloaded(shed) => Some(shed.retry_after),
+            Error::Overloaded(shed) | Error::DeviceOutOfMemory(shed) => Some(shed.retry_after),
             Error::Unavailable(_) => Some(Duration::from_secs(1)),
             _ => None,
         }
@@ -200,6 +197,43 @@ impl Error {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp
+    }
+}
+
+/// Each kind of the core's errors as the status it is answered with: invalid input 400, an
+/// input too long 400 (413 on TEI), too large to read 413, unknown model 404, a non-finite
+/// answer 422, a load refusal or a device out of memory 503 with `Retry-After`, a model
+/// shutting down 503, a passed deadline 504, any other model failure 500.
+impl From<streampool_core::Error> for Error {
+    fn from(e: streampool_core::Error) -> Self {
+        use streampool_core::Error as Core;
+        match e {
+            Core::InvalidInput(m) => Error::BadRequest(m),
+            Core::InputTooLong(m) => Error::InputTooLong(m),
+            Core::InputTooLarge(m) => Error::TooLarge(m),
+            Core::NotFound(m) => Error::NotFound(m),
+            e @ Core::NonFinite { .. } => Error::NonFinite(e.to_string()),
+            Core::Overloaded {
+                message,
+                retry_after,
+            } => Error::Overloaded(Shed {
+                message,
+                retry_after,
+            }),
+            Core::DeviceOutOfMemory {
+                message,
+                retry_after,
+            } => Error::DeviceOutOfMemory(Shed {
+                message,
+                retry_after,
+            }),
+            Core::Unavailable(m) => Error::Unavailable(m),
+            Core::DeadlineExceeded(m) => Error::Timeout(m),
+            Core::Cancelled => Error::Cancelled,
+            Core::Config(m) => Error::Config(m),
+            // `Model` and any kind added later: the model failed.
+            other => Error::Internal(other.to_string()),
+        }
     }
 }
 

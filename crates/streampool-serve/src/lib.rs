@@ -65,12 +65,10 @@ mod error;
 pub mod fuzzing;
 pub mod kserve;
 mod metrics;
-mod models;
 mod openai;
 mod server;
 mod state;
 mod tei;
-mod text;
 
 pub use auth::ApiKey;
 pub use body::Body;
@@ -78,11 +76,13 @@ pub use config::ServeConfig;
 pub use deadline::Arrival;
 pub use error::{Error, Result, Shed};
 pub use metrics::Metrics;
-pub use models::{
-    ClassifierEndpoint, EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel,
-    TensorEndpoint, TensorModel,
-};
 pub use server::{harden, router, routes, Server, ServerHandle};
 pub use state::AppState;
 /// The batch-queue settings of [`ServeConfig::batch`], re-exported for convenience.
 pub use streampool_batch::BatchConfig;
+/// The served models and their endpoints live in the inference core; re-exported here, so
+/// a server is configured from this crate alone.
+pub use streampool_core::{
+    ClassifierEndpoint, EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel,
+    TensorEndpoint, TensorModel,
+};

@@ -13,9 +13,9 @@ use crate::body::Body;
 use crate::deadline::Arrival;
 use crate::error::bounded_message;
 use crate::metrics::{phase, Phase};
-use crate::models::ServedModel;
 use crate::state::AppState;
 use crate::{Error, Result};
+use streampool_core::ServedModel;
 use streampool_nn::Quoted;
 
 #[derive(Deserialize)]
@@ -43,6 +43,12 @@ pub struct OpenAiError(pub Error);
 impl From<Error> for OpenAiError {
     fn from(e: Error) -> Self {
         Self(e)
+    }
+}
+
+impl From<streampool_core::Error> for OpenAiError {
+    fn from(e: streampool_core::Error) -> Self {
+        Self(e.into())
     }
 }
 
@@ -140,7 +146,7 @@ pub async fn embeddings(
             }
             rows.into_iter()
                 .map(|r| e.check_ids(r))
-                .collect::<Result<Vec<_>>>()?
+                .collect::<streampool_core::Result<Vec<_>>>()?
         }
     };
     phase(Phase::Tokenize);

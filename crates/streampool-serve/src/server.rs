@@ -12,9 +12,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower_http::catch_panic::CatchPanicLayer;
 
-use crate::models::ModelSpec;
 use crate::state::AppState;
 use crate::{auth, connections, kserve, metrics, openai, tei, Error, Result, ServeConfig};
+use streampool_core::ModelSpec;
 
 /// Every route of the server on `state`: KServe v2 under `/v2`, OpenAI's `/v1/embeddings`
 /// and `/v1/models`, text-embeddings-inference's `/embed`, `/rerank`, `/predict`, `/info`

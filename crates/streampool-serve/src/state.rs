@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::metrics::Metrics;
-use crate::models::{ModelSpec, Registry};
 use crate::{Result, ServeConfig};
+use streampool_core::{ModelSpec, Registry};
 
 /// What every handler shares: the models, the settings and the metrics.
 pub struct AppState {
@@ -23,7 +23,7 @@ impl AppState {
     /// Validates `config` and starts one batch queue per model.
     pub fn new(config: ServeConfig, models: Vec<ModelSpec>) -> Result<Arc<Self>> {
         config.validate()?;
-        let registry = Arc::new(Registry::new(models, &config)?);
+        let registry = Arc::new(Registry::new(models, &config.model_config())?);
         Ok(Arc::new(Self {
             metrics: Metrics::new(registry.clone()),
             registry,

@@ -34,9 +34,9 @@ use serde_json::{json, Value};
 use crate::body::Body;
 use crate::deadline::Arrival;
 use crate::metrics::{phase, Phase};
-use crate::models::{ClassifierEndpoint, ServedModel};
 use crate::state::AppState;
 use crate::Error;
+use streampool_core::{ClassifierEndpoint, ServedModel};
 
 /// The paths of TEI's routes: their errors, a missing API key's 401 included, are in TEI's
 /// format.
@@ -99,6 +99,8 @@ impl From<Error> for TeiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Validation)
             }
             Error::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorType::Overloaded),
+            // TEI has no kind of its own for memory; 503 with Retry-After as on every route.
+            Error::DeviceOutOfMemory(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorType::Backend),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorType::Unhealthy),
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, ErrorType::Backend),
             _ => (StatusCode::FAILED_DEPENDENCY, ErrorType::Backend),
@@ -107,6 +109,12 @@ impl From<Error> for TeiError {
             retry_after: e.retry_after(),
             ..Self::new(status, kind, e.to_string())
         }
+    }
+}
+
+impl From<streampool_core::Error> for TeiError {
+    fn from(e: streampool_core::Error) -> Self {
+        Error::from(e).into()
     }
 }
 
@@ -268,8 +276,8 @@ fn classifier(state: &AppState) -> std::result::Result<Arc<ServedModel>, TeiErro
 
 /// Too long without truncation is TEI's 413 validation error; other refusals of an input
 /// are the tokenizer's (422).
-fn refused(e: Error) -> TeiError {
-    match e {
+fn refused(e: impl Into<Error>) -> TeiError {
+    match e.into() {
         Error::BadRequest(msg) => {
             TeiError::new(StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Tokenizer, msg)
         }

@@ -420,3 +420,76 @@ async fn served_mixed_lengths_run_packed_in_half_precision() {
     assert_eq!(packed(), before, "raw vectors run padded");
     handle.shutdown().await.unwrap();
 }
+
+/// A device out of memory on a served batch answers the requests of that batch 503 with
+/// `Retry-After`, on every route in its protocol's format, and the server goes on serving
+/// (the CPU backend with an allocator limit between what a short request and a batch of
+/// long ones need).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_out_of_memory_answers_503_and_the_server_keeps_serving() {
+    use streampool::DeviceConfig;
+    use streampool_nn::tiny_bert_dir;
+    let long: Vec<String> = (0..8)
+        .map(|i| format!("{i} {}", "word ".repeat(200)))
+        .collect();
+    let long_refs: Vec<&str> = long.iter().map(String::as_str).collect();
+    // What each needs, measured on a device with no limit.
+    let probe = Device::cpu();
+    let e = SentenceEmbedder::load(&probe, tiny_bert_dir()).expect("tiny-bert");
+    e.embed(&["a short one"]).expect("short");
+    let small = probe.allocator_stats().peak_reserved;
+    e.embed(&long_refs).expect("long");
+    let large = probe.allocator_stats().peak_reserved;
+    assert!(large > small + (1 << 20), "{small} vs {large}");
+    let limited = Device::cpu_with(DeviceConfig {
+        memory_limit: Some(small + (large - small) / 4),
+        ..DeviceConfig::default()
+    })
+    .expect("a limited device");
+    let embedder = Arc::new(SentenceEmbedder::load(&limited, tiny_bert_dir()).expect("load"));
+    let mut config = config();
+    config.truncate = true;
+    config.batch.workers = 1;
+    let handle = Server::start(
+        config,
+        vec![ModelSpec::Embedder {
+            name: "tiny-bert".into(),
+            embedder,
+        }],
+    )
+    .await
+    .expect("server starts");
+    let base = format!("http://{}", handle.addr());
+    let client = reqwest::Client::new();
+    let routes = [
+        ("/v1/embeddings", json!({"input": long})),
+        ("/embed", json!({"inputs": long})),
+        (
+            "/v2/models/tiny-bert/infer",
+            json!({"inputs": [{"name": "text", "shape": [8], "datatype": "BYTES", "data": long}]}),
+        ),
+    ];
+    for (path, body) in &routes {
+        let resp = client
+            .post(format!("{base}{path}"))
+            .json(body)
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(resp.status(), 503, "{path}");
+        assert_eq!(resp.headers()["retry-after"], "1", "{path}");
+        let err: Value = resp.json().await.expect("JSON");
+        let message = match *path {
+            "/v1/embeddings" => err["error"]["message"].as_str(),
+            _ => err["error"].as_str(),
+        };
+        assert!(
+            message.is_some_and(|m| m.contains("out of memory")),
+            "{path}: {err}"
+        );
+        // The server goes on serving what fits.
+        let (status, body) = post(&base, "/v1/embeddings", &json!({"input": "a short one"})).await;
+        assert_eq!(status, 200, "after {path}: {body}");
+    }
+    handle.shutdown().await.unwrap();
+}

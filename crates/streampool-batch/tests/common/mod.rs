@@ -106,7 +106,7 @@ impl BatchModel for Tagger {
         }
         let has = |t: Option<u64>| t.is_some_and(|t| tags.contains(&t));
         if has(self.fail_on) {
-            return Err("tag refused".into());
+            return Err(Box::new(std::io::Error::other("tag refused")));
         }
         if has(self.panic_on) {
             panic!("tag exploded");

@@ -13,9 +13,9 @@ use serde_json::{json, Value};
 
 use crate::body::Body;
 use crate::deadline::Arrival;
-use crate::models::{ClassifierEndpoint, EmbedderEndpoint, ServedModel, TensorEndpoint};
 use crate::state::AppState;
 use crate::{Error, Result};
+use streampool_core::{ClassifierEndpoint, EmbedderEndpoint, ServedModel, TensorEndpoint};
 use tensors::{Data, InferRequest, Input, Output, HEADER_LENGTH};
 
 /// `GET /v2`: server metadata.
@@ -371,7 +371,7 @@ fn token_rows(
                     .map(|(&id, _)| id)
                     .collect(),
             };
-            e.check_ids(row)
+            e.check_ids(row).map_err(Error::from)
         })
         .collect()
 }

@@ -42,7 +42,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry as PromRegistry, Unit};
 use streampool_batch::{Percentiles, ReplicaStats};
 
-use crate::models::Registry;
+use streampool_core::Registry;
 
 pub use http::{scrape, track};
 pub(crate) use phases::{phase, Phase};

@@ -28,6 +28,8 @@ mod report;
 mod scenarios;
 mod workloads;
 
+pub use workloads::mix_lengths;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,10 +110,6 @@ pub struct Args {
     /// call runs in chunks, tokenizing each while the device runs the one before.
     #[arg(long, default_value_t = streampool_nn::DEFAULT_EMBED_CHUNK)]
     embed_chunk: usize,
-    /// BatchQueue workers of the minilm workloads tokenize inline (one thread per worker)
-    /// instead of in a preparing stage that overlaps the running batch.
-    #[arg(long)]
-    no_prepare_stage: bool,
     /// Folder for streampool.json and streampool.png.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -257,8 +255,8 @@ pub fn run(args: Args) -> Result<()> {
             }
             let (emb, label) = encoder.as_ref().expect("loaded just above");
             let e = match seq {
-                Some(seq) => EncoderWorkload::with_seq(emb.clone(), seq, !args.no_prepare_stage)?,
-                None => EncoderWorkload::mixed(emb.clone(), !args.no_prepare_stage)?,
+                Some(seq) => EncoderWorkload::with_seq(emb.clone(), seq)?,
+                None => EncoderWorkload::mixed(emb.clone())?,
             };
             loaded.push((Workload::Encoder(Arc::new(e)), Some(label.clone())));
         }
@@ -560,7 +558,6 @@ mod tests {
         assert!(parse(&["--dtypes", "f8"]).is_err());
         let a = parse(&[]).unwrap();
         assert!(a.scenarios.iter().any(|s| s == "forward"));
-        assert!(!a.no_prepare_stage);
         assert_eq!(a.embed_chunk, streampool_nn::DEFAULT_EMBED_CHUNK);
     }
 }

@@ -93,6 +93,10 @@ pub struct Record {
     /// Forward (minilm): threads of the tokenization pool.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokenize_threads: Option<usize>,
+    /// Batching: the batch adapter the queue ran (the inference core's `EmbedBatch` for the
+    /// encoder workloads: the server's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
     /// Batching: mean milliseconds per batch in the model's host preparation step
     /// (tokenization; only when the queue runs a preparing stage).
     #[serde(skip_serializing_if = "Option::is_none")]

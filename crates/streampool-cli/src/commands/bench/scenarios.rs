@@ -5,14 +5,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use streampool::{Device, Tensor};
 use streampool_batch::{BatchConfig, BatchModel, BatchQueue, StatsSnapshot};
+use streampool_core::{wait_row, EmbedBatch, EmbedderEndpoint, ModelConfig};
 use streampool_nn::{ComputeDType, TokenizePool};
 
 use super::measure::{closed_loop, median_time, Latency, LoopResult, Window};
 use super::report::Record;
-use super::workloads::{Tokenize, Workload};
+use super::workloads::{EncoderWorkload, Tokenize, Workload};
 
 /// Request numbers of different threads never overlap below this many calls per thread, so
 /// threads cycle through the input pool from different places.
@@ -146,13 +147,22 @@ pub fn batching(
         workers: setup.workers,
         ..BatchConfig::default()
     };
-    let (r, stats) = match w {
-        Workload::Mlp(m) => through_queue(m.clone(), config, setup.callers, window, |i| m.row(i))?,
+    let (r, stats, adapter) = match w {
+        Workload::Mlp(m) => {
+            let (r, stats) = through_queue(m.clone(), config, setup.callers, window, |i| m.row(i))?;
+            (
+                r,
+                stats,
+                std::any::type_name::<super::workloads::MlpWorkload>(),
+            )
+        }
         Workload::Encoder(e) => {
-            through_queue(e.clone(), config, setup.callers, window, |i| e.text(i))?
+            let (r, stats) = through_core(e, config, setup.callers, window)?;
+            (r, stats, std::any::type_name::<EmbedBatch>())
         }
     };
     let mut rec = record(device, w, "batching", 1, &r);
+    rec.adapter = Some(adapter.to_string());
     rec.batch = setup.max_batch;
     rec.callers = Some(setup.callers);
     rec.max_wait_ms = Some(setup.max_wait.as_secs_f64() * 1e3);
@@ -194,6 +204,40 @@ fn through_queue<M: BatchModel>(
     )?;
     let stats = queue.stats();
     queue.shutdown();
+    Ok((r, stats))
+}
+
+/// Runs the closed loop through the inference core's embedder (the server's: one replica
+/// with `config`, each caller tokenizing its own text through the core, as a server's
+/// handler does); the loop's figures and the queue's statistics after the warm-up.
+fn through_core(
+    e: &EncoderWorkload,
+    config: BatchConfig,
+    callers: usize,
+    window: Window,
+) -> Result<(LoopResult, StatsSnapshot)> {
+    let model = ModelConfig {
+        truncate: true,
+        batch: config,
+        ..ModelConfig::default()
+    };
+    let label = e.embedder().model().device().name();
+    let endpoint = EmbedderEndpoint::new(vec![(label, e.embedder().clone())], &model)?;
+    let r = closed_loop(
+        callers,
+        window,
+        || endpoint.replicas().reset_stats(),
+        |t, i| {
+            let text = e.text(t * THREAD_STRIDE + i);
+            let ids = endpoint.tokenize_texts_blocking(&[&text], None, true)?;
+            let handle = endpoint.submit(ids, true, None)?.pop();
+            let handle = handle.context("the core answered no handle")?;
+            wait_row(handle, 0)?;
+            Ok(())
+        },
+    )?;
+    let stats = StatsSnapshot::sum(endpoint.replicas().stats().iter().map(|r| &r.queue));
+    endpoint.shutdown();
     Ok((r, stats))
 }
 
@@ -371,20 +415,19 @@ mod tests {
     use std::time::Duration;
 
     use streampool::Device;
-    use streampool_batch::{BatchConfig, BatchContext, BatchModel, BatchQueue};
     use streampool_nn::{find_tiny_bert, ComputeDType};
 
     use super::super::workloads::{EncoderChoice, EncoderWorkload, Workload};
     use super::*;
 
-    fn tiny(seq: usize, pipelined: bool) -> Arc<EncoderWorkload> {
+    fn tiny(seq: usize) -> Arc<EncoderWorkload> {
         let dev = Device::cpu();
         let choice = EncoderChoice {
             dir: find_tiny_bert().unwrap(),
             label: "tiny-bert".into(),
         };
         let emb = EncoderWorkload::load(&dev, &choice, ComputeDType::F32, 4).unwrap();
-        Arc::new(EncoderWorkload::with_seq(emb, seq, pipelined).unwrap())
+        Arc::new(EncoderWorkload::with_seq(emb, seq).unwrap())
     }
 
     fn window() -> Window {
@@ -396,7 +439,7 @@ mod tests {
 
     #[test]
     fn forward_scenario_records_a_pre_tokenized_point_with_its_dtype() {
-        let w = Workload::Encoder(tiny(32, true));
+        let w = Workload::Encoder(tiny(32));
         let rec = forward(&Device::cpu(), &w, 6, window()).unwrap();
         assert_eq!(
             (rec.workload.as_str(), rec.scenario.as_str(), rec.batch),
@@ -442,33 +485,54 @@ mod tests {
         assert_eq!(super::super::workloads::mix_lengths(64), l[..64]);
     }
 
-    /// The preparing stage's path (tokenize, then forward the tokens) gives exactly the
-    /// embeddings of the one-step path, and so does a whole queue with and without the stage.
+    /// The batching scenario's queue is the inference core's embedder: callers through it
+    /// get the direct call's embeddings, and the record names the adapter.
     #[test]
-    fn prepared_and_inline_batches_give_identical_embeddings() {
-        let (staged, inline) = (tiny(32, true), tiny(32, false));
-        let texts: Vec<String> = (0..7).map(|i| staged.text(i)).collect();
-        let ctx = BatchContext::new(None, 0);
-        let direct = inline.forward_batch(texts.clone(), &ctx).unwrap();
-        let prepared = staged.prepare_batch(texts.clone(), &ctx).unwrap();
-        let two_step = staged.forward_prepared(prepared, &ctx).unwrap();
-        assert_eq!(direct, two_step);
-        for (model, name) in [(staged, "prepare stage"), (inline, "inline")] {
-            let queue = BatchQueue::new(model, BatchConfig::default()).unwrap();
-            let got: Vec<Vec<f32>> = std::thread::scope(|s| {
-                let hs: Vec<_> = texts
-                    .iter()
-                    .map(|t| {
-                        let q = &queue;
-                        s.spawn(move || q.infer(t.clone()).unwrap())
+    fn batching_runs_the_core_adapter_and_gives_the_direct_embeddings() {
+        let w = tiny(32);
+        let texts: Vec<String> = (0..7).map(|i| w.text(i)).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let direct = w.embedder().embed(&refs).unwrap();
+        let model = ModelConfig {
+            truncate: true,
+            ..ModelConfig::default()
+        };
+        let endpoint =
+            EmbedderEndpoint::new(vec![("cpu".into(), w.embedder().clone())], &model).unwrap();
+        let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let hs: Vec<_> = refs
+                .iter()
+                .map(|t| {
+                    let e = &endpoint;
+                    s.spawn(move || {
+                        let ids = e.tokenize_texts_blocking(&[t], None, true).unwrap();
+                        let h = e.submit(ids, true, None).unwrap().pop().unwrap();
+                        wait_row(h, 0).unwrap()
                     })
-                    .collect();
-                hs.into_iter().map(|h| h.join().unwrap()).collect()
-            });
-            assert_eq!(
-                got, direct,
-                "{name}: embeddings differ from the direct batch"
-            );
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (a, b) in got.iter().zip(&direct) {
+            let err = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(err < 1e-5, "queued and direct embeddings differ by {err}");
         }
+        let setup = QueueSetup {
+            callers: 2,
+            max_batch: 4,
+            max_wait: Duration::ZERO,
+            max_batch_tokens: 4096,
+            workers: 1,
+        };
+        let rec = batching(&Device::cpu(), &Workload::Encoder(w), setup, window(), None).unwrap();
+        assert!(rec.calls > 0);
+        assert_eq!(
+            rec.adapter.as_deref(),
+            Some(std::any::type_name::<EmbedBatch>())
+        );
     }
 }

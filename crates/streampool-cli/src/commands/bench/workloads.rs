@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use streampool::{Device, GraphCache};
-use streampool_batch::{BatchContext, BatchModel, ModelError, Prepared};
+use streampool_batch::{BatchContext, BatchModel, ModelError};
 use streampool_nn::{
     find_minilm, find_tiny_bert, Activation, BertInput, BertModel, BertTokenizer, ComputeDType,
     HostTensor, Linear, LinearParams, Mlp, SentenceEmbedder,
@@ -264,8 +264,8 @@ pub enum Tokenize {
 }
 
 /// A sentence encoder (tokenizer + BERT + pooling) fed sentences of exactly `seq` tokens.
-/// Through a BatchQueue it tokenizes in the queue's preparing stage (see
-/// [`BatchModel::prepares`]) unless built with `pipelined` false.
+/// Through a queue it runs the inference core's embedder (see the batching scenario), the
+/// adapter the server runs.
 pub struct EncoderWorkload {
     embedder: Arc<SentenceEmbedder>,
     sentences: Vec<String>,
@@ -273,7 +273,6 @@ pub struct EncoderWorkload {
     pub seq: usize,
     /// The mixed-length workload (`minilm-mix`).
     pub mix: bool,
-    pipelined: bool,
 }
 
 impl EncoderWorkload {
@@ -301,21 +300,19 @@ impl EncoderWorkload {
     }
 
     /// The workload at `seq` tokens; checks that the sentences tokenize to exactly `seq`.
-    /// `pipelined`: whether a BatchQueue tokenizes in its preparing stage.
-    pub fn with_seq(embedder: Arc<SentenceEmbedder>, seq: usize, pipelined: bool) -> Result<Self> {
-        Self::with_lengths(embedder, vec![seq; INPUT_POOL], false, pipelined)
+    pub fn with_seq(embedder: Arc<SentenceEmbedder>, seq: usize) -> Result<Self> {
+        Self::with_lengths(embedder, vec![seq; INPUT_POOL], false)
     }
 
     /// The mixed-length workload `minilm-mix`: sentence `i` of [`mix_lengths`]`[i]` tokens.
-    pub fn mixed(embedder: Arc<SentenceEmbedder>, pipelined: bool) -> Result<Self> {
-        Self::with_lengths(embedder, mix_lengths(INPUT_POOL), true, pipelined)
+    pub fn mixed(embedder: Arc<SentenceEmbedder>) -> Result<Self> {
+        Self::with_lengths(embedder, mix_lengths(INPUT_POOL), true)
     }
 
     fn with_lengths(
         embedder: Arc<SentenceEmbedder>,
         lengths: Vec<usize>,
         mix: bool,
-        pipelined: bool,
     ) -> Result<Self> {
         let tokens = |s: &str| -> Result<usize> { Ok(embedder.tokenize(&[s])?.seq_len()) };
         let mut sentences: Vec<String> = lengths
@@ -343,7 +340,6 @@ impl EncoderWorkload {
             sentences,
             seq: lengths.iter().copied().max().unwrap_or(0),
             mix,
-            pipelined,
         })
     }
 
@@ -382,6 +378,11 @@ impl EncoderWorkload {
         Ok(self.embedder.embed_input_padded(input)?.to_vec::<f32>()?)
     }
 
+    /// The encoder.
+    pub fn embedder(&self) -> &Arc<SentenceEmbedder> {
+        &self.embedder
+    }
+
     /// Sentence `i` (cycling through the pool).
     pub fn text(&self, i: usize) -> String {
         self.sentences[i % INPUT_POOL].clone()
@@ -395,51 +396,6 @@ impl EncoderWorkload {
             .collect();
         self.embedder.embed(&texts)?;
         Ok(())
-    }
-}
-
-impl BatchModel for EncoderWorkload {
-    type Input = String;
-    type Output = Vec<f32>;
-
-    fn forward_batch(
-        &self,
-        texts: Vec<String>,
-        _ctx: &BatchContext,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        Ok(self.embedder.embed(&refs)?)
-    }
-
-    fn prepares(&self) -> bool {
-        self.pipelined
-    }
-
-    /// Tokenizes on the queue's preparing stage, while the previous batch runs.
-    fn prepare_batch(
-        &self,
-        texts: Vec<String>,
-        _ctx: &BatchContext,
-    ) -> Result<Prepared, ModelError> {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        Ok(Prepared::new(self.embedder.tokenize(&refs)?))
-    }
-
-    fn forward_prepared(
-        &self,
-        prepared: Prepared,
-        _ctx: &BatchContext,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let input = prepared.downcast::<BertInput>()?;
-        let flat = self.forward(&input).map_err(|e| format!("{e:#}"))?;
-        Ok(flat
-            .chunks_exact(self.embedder.dim())
-            .map(<[f32]>::to_vec)
-            .collect())
-    }
-
-    fn device(&self) -> Option<Device> {
-        Some(self.embedder.model().device().clone())
     }
 }
 

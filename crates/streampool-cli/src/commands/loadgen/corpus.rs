@@ -49,6 +49,10 @@ pub enum Corpus {
     Short,
     /// Exactly 128 tokens (125 words and a full stop).
     Long,
+    /// Long-tailed mixed lengths, 8 to 256 tokens (median 39, mean 70): sentence `i` has the
+    /// token count of sentence `i` of `bench`'s `minilm-mix` workload, so a served run and
+    /// the in-process packed forward of that workload do the same work.
+    Mixed,
 }
 
 /// The fixed seed of every corpus.
@@ -77,11 +81,17 @@ impl SplitMix {
 /// the front of the list (index = 256 u^2), so frequent words recur as in real text.
 pub fn sentences(corpus: Corpus, count: usize) -> Vec<String> {
     let mut rng = SplitMix(SEED ^ corpus as u64);
+    let mixed = match corpus {
+        Corpus::Mixed => crate::commands::bench::mix_lengths(count),
+        _ => Vec::new(),
+    };
     (0..count)
-        .map(|_| {
+        .map(|i| {
             let words = match corpus {
                 Corpus::Short => 7 + (rng.next() % 7) as usize,
                 Corpus::Long => 125,
+                // `[CLS]`, the full stop and `[SEP]` are the other three tokens.
+                Corpus::Mixed => mixed[i].saturating_sub(3).max(1),
             };
             let mut s = String::with_capacity(words * 7);
             for k in 0..words {
@@ -232,6 +242,12 @@ mod tests {
             min >= 10 && max <= 16 && (12.0..14.0).contains(&mean),
             "{min} {mean} {max}"
         );
+        let mixed = sentences(Corpus::Mixed, 64);
+        let want = crate::commands::bench::mix_lengths(64);
+        for (s, w) in mixed.iter().zip(&want) {
+            let (n, _, _) = token_counts(&tok, std::slice::from_ref(s)).unwrap();
+            assert_eq!(n, *w, "{s}");
+        }
         let (min, _, max) = token_counts(&tok, &sentences(Corpus::Long, 100)).unwrap();
         assert_eq!((min, max), (128, 128));
     }

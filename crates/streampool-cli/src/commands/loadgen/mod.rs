@@ -58,7 +58,8 @@ pub struct Args {
     /// Sentences per request (one: sent as a single string).
     #[arg(long, short = 'k', default_value_t = 1)]
     inputs_per_request: usize,
-    /// Sentence lengths: short (10-16 tokens) or long (128 tokens).
+    /// Sentence lengths: short (10-16 tokens), long (128 tokens) or mixed (8-256 tokens,
+    /// long-tailed: the lengths of `bench`'s minilm-mix workload).
     #[arg(long, value_enum, default_value = "short")]
     corpus: Corpus,
     /// Concurrent connections (clients); a list runs one point each, in order.

@@ -6,8 +6,8 @@
 //!   is truncated or refused; a prompt and a reranker's query are read once per request and
 //!   joined with each text's tokens, never re-tokenized per input.
 //! - **Where.** Requests of more than a kilobyte of text tokenize on the process's
-//!   tokenization pool, never on the async workers; smaller ones inline (a few microseconds,
-//!   less than the hand-off).
+//!   tokenization pool, never on a front end's async workers; smaller ones inline (a few
+//!   microseconds, less than the hand-off).
 //! - **Until when.** Between inputs the pool job checks the request's deadline (its timeout
 //!   counts from arrival) and whether anyone still waits for it: a request whose client went
 //!   away (the connection's future dropped, and with it the receiver) or whose deadline
@@ -19,7 +19,7 @@ use std::time::Instant;
 use streampool_batch::BatchConfig;
 use streampool_nn::{BertTokenizer, InputLimit, TokenizePool};
 
-use crate::{Error, Result, ServeConfig};
+use crate::{Error, ModelConfig, Result};
 
 /// Requests with fewer bytes of text than this tokenize inline: about 5 ns per byte of ASCII
 /// on the fast path, 250 ns per byte through `tokenizers`, so a kilobyte costs less than the
@@ -44,7 +44,7 @@ impl TextLimits {
     /// Limits for a model whose tokenizer is `tokenizer` under `config`: its `max_seq_len`
     /// (never above the model's own), its `truncate` default and its `max_input_bytes`
     /// (derived from the token limit when unset).
-    pub(crate) fn new(tokenizer: &BertTokenizer, config: &ServeConfig) -> Self {
+    pub(crate) fn new(tokenizer: &BertTokenizer, config: &ModelConfig) -> Self {
         let model_max = tokenizer.max_len();
         let max_seq_len = config.max_seq_len.unwrap_or(model_max).min(model_max);
         let max_bytes = config
@@ -68,7 +68,7 @@ impl TextLimits {
     }
 
     /// `config`'s batch settings with length buckets up to `max_seq_len`.
-    pub(crate) fn batch_config(&self, config: &ServeConfig) -> BatchConfig {
+    pub(crate) fn batch_config(&self, config: &ModelConfig) -> BatchConfig {
         let mut buckets: Vec<usize> = BUCKETS
             .into_iter()
             .filter(|&b| b < self.max_seq_len)
@@ -80,12 +80,13 @@ impl TextLimits {
         }
     }
 
-    /// The refusal of an input of `n` tokens when not truncating.
+    /// The refusal of an input of `n` tokens when not truncating (the tokenizer's own
+    /// refusal, so token ids and texts are refused in the same words).
     pub(crate) fn too_long(&self, n: usize) -> Error {
-        Error::InputTooLong(format!(
-            "input of {n} tokens exceeds the maximum of {} (not truncating)",
-            self.max_seq_len
-        ))
+        crate::error::refusal(streampool_nn::Error::InputTooLong {
+            tokens: streampool_nn::TokenCount::Exactly(n),
+            max: self.max_seq_len,
+        })
     }
 }
 
@@ -125,25 +126,32 @@ where
         let _ = tx.send(result);
     });
     match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), rx).await {
-        Ok(answer) => answer.map_err(|_| Error::Internal("tokenizer task failed".into()))?,
+        Ok(answer) => answer.map_err(|_| Error::Model("the tokenization task failed".into()))?,
         // Returning drops the receiver, which tells the job to stop at its next input.
         Err(_) => Err(late()),
     }
 }
 
 fn late() -> Error {
-    Error::Timeout("the request timeout passed while tokenizing".into())
+    Error::DeadlineExceeded("the request's deadline passed while tokenizing".into())
 }
 
-/// Maps a tokenizer's refusal of an input to the error a client sees: too long 400 (413 on
-/// TEI), too large to read 413, anything else about the input 400.
-pub(crate) fn refusal(e: streampool_nn::Error) -> Error {
-    match e {
-        streampool_nn::Error::InputTooLong { .. } => Error::InputTooLong(e.to_string()),
-        streampool_nn::Error::InputTooLarge { .. } => Error::TooLarge(e.to_string()),
-        streampool_nn::Error::Input(msg) => Error::BadRequest(msg),
-        other => Error::BadRequest(format!("tokenizing: {other}")),
+/// [`tokenize`] for a caller on its own thread (no deadline, nobody to go away): inline when
+/// `bytes` is small, else spread over the tokenization pool while the caller waits.
+pub(crate) fn tokenize_blocking<T, R>(
+    items: &[T],
+    bytes: usize,
+    f: impl Fn(&T) -> Result<R> + Send + Sync,
+) -> Result<Vec<R>>
+where
+    T: Sync,
+    R: Send,
+{
+    if bytes <= INLINE_TOKENIZE_BYTES {
+        return items.iter().map(f).collect();
     }
+    let pool = TokenizePool::global();
+    pool.install(|| pool.map(items, f))
 }
 
 #[cfg(test)]
@@ -195,7 +203,7 @@ mod tests {
         let start = Instant::now();
         let deadline = start + Duration::from_millis(50);
         let got = tokenize((0..400).collect(), usize::MAX, deadline, slow_job(&ran)).await;
-        assert!(matches!(got, Err(Error::Timeout(_))), "{got:?}");
+        assert!(matches!(got, Err(Error::DeadlineExceeded(_))), "{got:?}");
         // On time: the wait is bounded by the deadline, not by the work (2 s).
         assert!(start.elapsed() < Duration::from_secs(1));
         assert!(settled(&ran).await < 400);
@@ -208,13 +216,13 @@ mod tests {
         assert_eq!(got.unwrap(), [30, 10, 20]);
         let got = tokenize((0..100).collect(), usize::MAX, far, |x: &u32| {
             if *x >= 40 {
-                Err(Error::BadRequest(format!("input {x}")))
+                Err(Error::InvalidInput(format!("input {x}")))
             } else {
                 Ok(*x)
             }
         })
         .await;
         // The first refusal in input order, whatever order the pool ran them in.
-        assert!(matches!(got, Err(Error::BadRequest(m)) if m == "input 40"));
+        assert!(matches!(got, Err(Error::InvalidInput(m)) if m == "input 40"));
     }
 }

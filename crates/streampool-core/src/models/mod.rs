@@ -1,4 +1,5 @@
-//! The models a server holds, each with its own batch queue.
+//! The served models, each with one batch queue per replica, and the registry that names
+//! them.
 
 mod classifier;
 mod embedder;
@@ -15,10 +16,10 @@ use streampool_batch::{BatchModel, ReplicaStats, Replicas, StatsSnapshot};
 use streampool_nn::{Classifier, SentenceEmbedder};
 
 pub use classifier::ClassifierEndpoint;
-pub use embedder::EmbedderEndpoint;
+pub use embedder::{l2_normalize, wait_row, EmbedBatch, EmbedInput, EmbedderEndpoint, Launched};
 pub use tensor::{ForwardFn, TensorEndpoint, TensorModel};
 
-use crate::{Error, Result, ServeConfig};
+use crate::{Error, ModelConfig, Result};
 
 /// A model to serve, before its queue exists.
 ///
@@ -28,24 +29,23 @@ use crate::{Error, Result, ServeConfig};
 /// work (rows for tensor models, tokens for embedders; see
 /// [`Replicas`](streampool_batch::Replicas)). Replicas must agree in kind and shape.
 pub enum ModelSpec {
-    /// A sentence embedder: KServe `BYTES [N]` texts (or `INT64` token ids) to `FP32 [N, dim]`,
-    /// and `/v1/embeddings`.
+    /// A sentence embedder: texts (or token ids) to embeddings `[N, dim]`.
     Embedder {
-        /// The name clients use (`/v2/models/{name}`, `"model"` of `/v1/embeddings`).
+        /// The name callers use (over HTTP: `/v2/models/{name}`, `"model"` of
+        /// `/v1/embeddings`).
         name: String,
         /// The model.
         embedder: Arc<SentenceEmbedder>,
     },
     /// A sequence classifier (a `*ForSequenceClassification` checkpoint: cross-encoder
-    /// reranker or classifier): TEI's `/rerank` (one label) and `/predict`, and KServe
-    /// `BYTES [N]` texts to `FP32 [N, labels]` logits.
+    /// reranker or classifier): texts and text pairs to logits `[N, labels]`.
     Classifier {
         /// The name clients use.
         name: String,
         /// The model.
         classifier: Arc<Classifier>,
     },
-    /// A row-wise tensor model: KServe `FP32 [N, in]` to `FP32 [N, out]`.
+    /// A row-wise tensor model: `f32` rows `[N, in]` to `[N, out]`.
     Tensor {
         /// The name clients use.
         name: String,
@@ -148,7 +148,7 @@ pub struct Registry {
 
 impl Registry {
     /// Starts one batch queue per replica; specs sharing a name are replicas of one model.
-    pub fn new(specs: Vec<ModelSpec>, config: &ServeConfig) -> Result<Self> {
+    pub fn new(specs: Vec<ModelSpec>, config: &ModelConfig) -> Result<Self> {
         let mut groups: BTreeMap<String, Vec<ModelSpec>> = BTreeMap::new();
         for spec in specs {
             let name = spec.name().to_string();
@@ -191,7 +191,7 @@ impl Registry {
                             _ => Err(mismatch()),
                         })
                         .collect::<Result<Vec<_>>>()?;
-                    ServedModel::Tensor(TensorEndpoint::new(tensors, config)?)
+                    ServedModel::Tensor(TensorEndpoint::new(tensors, &config.batch)?)
                 }
                 Some(ModelSpec::Classifier { .. }) => {
                     let classifiers = labels
@@ -215,7 +215,7 @@ impl Registry {
         Ok(Self { models })
     }
 
-    /// The model named `name`, or 404.
+    /// The model named `name`, or [`Error::NotFound`].
     pub fn get(&self, name: &str) -> Result<Arc<ServedModel>> {
         self.models.get(name).cloned().ok_or_else(|| {
             Error::NotFound(format!("unknown model {}", streampool_nn::Quoted(name)))
@@ -248,7 +248,8 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Submits the request's inputs as one group (admitted or refused as one request, see
 /// [`Replicas::submit_group`]: to the least loaded replica that admits it, so a bulk request
 /// is never shed while a replica has room), then collects the outputs in order. A refused
-/// group answers the whole request with the refusal (503 with the queue's `Retry-After`).
+/// group answers the whole request with the refusal ([`Error::Overloaded`], with the queue's
+/// estimate of when to retry).
 ///
 /// The future is boxed as `Send` here, where `M` is generic: rustc cannot prove the unboxed
 /// future `Send` for every lifetime the router's handler bound asks about when `M` holds a
@@ -269,6 +270,14 @@ async fn run_all_inner<M: BatchModel>(
     let handles = queue
         .submit_group_with_deadline(inputs, deadline)
         .map_err(Error::from_batch)?;
+    collect(handles, deadline).await
+}
+
+/// Awaits `handles` in order, the first error failing the whole, within `deadline`.
+async fn collect<O: Send + 'static>(
+    handles: Vec<streampool_batch::Handle<O>>,
+    deadline: Instant,
+) -> Result<Vec<O>> {
     let collect = async {
         let mut out = Vec::with_capacity(handles.len());
         for h in handles {
@@ -280,15 +289,15 @@ async fn run_all_inner<M: BatchModel>(
     // already running too.
     tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), collect)
         .await
-        .map_err(|_| Error::Timeout("no answer before the request timeout".into()))?
+        .map_err(|_| Error::DeadlineExceeded("no answer before the request's deadline".into()))?
 }
 
-/// One request's output row of a text model, or why it has none: a non-finite row (e.g. a
+/// One input's output row of a text model, or why it has none: a non-finite row (e.g. a
 /// half-precision overflow) fails its own request only, not the others of its batch.
-type RowOutput = std::result::Result<Vec<f32>, String>;
+pub type RowOutput = std::result::Result<Vec<f32>, Error>;
 
 /// [`run_all`] for text models' rows: a row that failed becomes the request's error
-/// (`NonFinite`, naming the input), never NaN in a response.
+/// ([`Error::NonFinite`] naming the input's index in the request), never NaN in an answer.
 fn run_rows<M: BatchModel<Output = RowOutput>>(
     queue: &Replicas<M>,
     inputs: Vec<M::Input>,
@@ -300,7 +309,89 @@ fn run_rows<M: BatchModel<Output = RowOutput>>(
             .await?
             .into_iter()
             .enumerate()
-            .map(|(i, row)| row.map_err(|e| Error::NonFinite(format!("input {i}: {e}"))))
+            .map(|(i, row)| row.map_err(|e| at_input(e, i)))
             .collect()
+    }
+}
+
+/// `e` for input `i` of its request.
+fn at_input(e: Error, i: usize) -> Error {
+    match e {
+        Error::NonFinite { message, .. } => Error::NonFinite { input: i, message },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use streampool_batch::{BatchConfig, BatchContext, ModelError};
+
+    use super::*;
+
+    /// Rows of `[x]`: a non-finite row for a negative input, a failed batch (the model's
+    /// own error) for 0.
+    struct Rows;
+
+    impl BatchModel for Rows {
+        type Input = f32;
+        type Output = RowOutput;
+
+        fn forward_batch(
+            &self,
+            xs: Vec<f32>,
+            _: &BatchContext,
+        ) -> std::result::Result<Vec<RowOutput>, ModelError> {
+            if xs.contains(&0.0) {
+                return Err("weights gone".into());
+            }
+            Ok(xs
+                .into_iter()
+                .map(|x| {
+                    if x < 0.0 {
+                        Err(Error::NonFinite {
+                            input: 0,
+                            message: "overflow".into(),
+                        })
+                    } else {
+                        Ok(vec![x])
+                    }
+                })
+                .collect())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bad_row_fails_its_own_request_naming_its_input() {
+        // One batch holds both requests (a window, one worker).
+        let config = BatchConfig {
+            max_wait: Duration::from_millis(100),
+            workers: 1,
+            ..BatchConfig::default()
+        };
+        let replicas = Replicas::new([("cpu".to_string(), Rows)], config).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (good, bad) = tokio::join!(
+            run_rows(&replicas, vec![1.0, 2.0], deadline),
+            run_rows(&replicas, vec![3.0, -1.0], deadline)
+        );
+        assert_eq!(good.unwrap(), vec![vec![1.0], vec![2.0]]);
+        assert_eq!(
+            bad.unwrap_err(),
+            Error::NonFinite {
+                input: 1,
+                message: "overflow".into()
+            }
+        );
+        // A failed batch: every request of it gets the model's message as a model failure.
+        let failed = run_rows(&replicas, vec![0.0], deadline).await.unwrap_err();
+        assert!(
+            matches!(&failed, Error::Model(m) if m.contains("weights gone")),
+            "{failed:?}"
+        );
+        // And the queue goes on serving.
+        let again = run_rows(&replicas, vec![4.0], deadline).await.unwrap();
+        assert_eq!(again, vec![vec![4.0]]);
     }
 }

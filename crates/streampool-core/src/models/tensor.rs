@@ -7,7 +7,9 @@ use std::time::Instant;
 use streampool::{Device, Tensor};
 use streampool_batch::{BatchModel, Replicas, RowModel};
 
-use crate::{Error, Result, ServeConfig};
+use streampool_batch::BatchConfig;
+
+use crate::{Error, Result};
 
 /// A forward function over `[batch, in_features]` f32 tensors.
 pub type ForwardFn = Arc<dyn Fn(&Tensor) -> streampool::Result<Tensor> + Send + Sync + 'static>;
@@ -18,7 +20,7 @@ pub type ForwardFn = Arc<dyn Fn(&Tensor) -> streampool::Result<Tensor> + Send + 
 /// ```
 /// use std::sync::Arc;
 /// use streampool::Device;
-/// use streampool_serve::TensorModel;
+/// use streampool_core::TensorModel;
 /// let dbl = TensorModel::new(Device::cpu(), 2, 2, Arc::new(|x: &streampool::Tensor| x.scale(2.0)));
 /// assert_eq!(dbl.in_features(), 2);
 /// ```
@@ -50,7 +52,7 @@ impl TensorModel {
     /// The demo MLP `relu(x W1) W2` (`width -> 4*width -> width`) with weights drawn from
     /// `seed` and scaled by `1/sqrt(fan_in)`: the same seed gives the same model, so a client
     /// can check the server's answers against its own copy.
-    pub fn mlp(device: &Device, width: usize, seed: u64) -> Result<Self> {
+    pub fn mlp(device: &Device, width: usize, seed: u64) -> streampool::Result<Self> {
         let hidden = 4 * width;
         let w1 =
             Tensor::randn(&[width, hidden], seed, device)?.scale(1.0 / (width as f32).sqrt())?;
@@ -92,7 +94,7 @@ pub struct TensorEndpoint {
 impl TensorEndpoint {
     /// Serves the `(device label, model)` replicas (one model on several devices) with the
     /// batch settings of `config`.
-    pub fn new(models: Vec<(String, TensorModel)>, config: &ServeConfig) -> Result<Self> {
+    pub fn new(models: Vec<(String, TensorModel)>, batch: &BatchConfig) -> Result<Self> {
         let Some((_, model)) = models.first() else {
             return Err(Error::Config(
                 "a tensor model needs at least one replica".into(),
@@ -119,7 +121,8 @@ impl TensorEndpoint {
                 RowModel::new(m.device.clone(), m.in_features, row_fn),
             )
         });
-        let replicas = Replicas::new(rows, config.batch.clone()).map_err(Error::Batch)?;
+        let replicas = Replicas::new(rows, batch.clone())
+            .map_err(|e| Error::Config(format!("starting the batch queues: {e}")))?;
         Ok(Self { model, replicas })
     }
 
@@ -140,17 +143,19 @@ impl TensorEndpoint {
     pub async fn infer(&self, rows: Vec<Vec<f32>>, deadline: Instant) -> Result<Vec<Vec<f32>>> {
         let out = super::run_all(&self.replicas, rows, deadline).await?;
         if let Some(bad) = out.iter().find(|r| r.len() != self.model.out_features) {
-            return Err(Error::Internal(format!(
+            return Err(Error::Model(format!(
                 "model returned a row of {} values, expected {}",
                 bad.len(),
                 self.model.out_features
             )));
         }
         if let Some(row) = out.iter().position(|r| r.iter().any(|x| !x.is_finite())) {
-            return Err(Error::NonFinite(format!(
-                "the model's output for input row {row} is not finite (NaN or infinity): the \
-                 inputs overflow its f32 arithmetic"
-            )));
+            return Err(Error::NonFinite {
+                input: row,
+                message: "the model's output is not finite (NaN or infinity): the inputs \
+                          overflow its f32 arithmetic"
+                    .into(),
+            });
         }
         Ok(out)
     }

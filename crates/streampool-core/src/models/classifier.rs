@@ -10,8 +10,9 @@ use streampool_batch::{BatchContext, BatchModel, ModelError, Replicas};
 use streampool_nn::{BertInput, Classifier};
 
 use super::RowOutput;
-use crate::text::{self, refusal, TextLimits};
-use crate::{Error, Result, ServeConfig};
+use crate::error::refusal;
+use crate::text::{self, TextLimits};
+use crate::{Error, ModelConfig, Result};
 
 /// One request of a classifier's queue: a tokenized text or pair (ids with special tokens,
 /// and their token type ids).
@@ -51,10 +52,13 @@ impl BatchModel for ClassifyBatch {
                 if row.iter().all(|v| v.is_finite()) {
                     Ok(row.to_vec())
                 } else {
-                    Err(format!(
-                        "non-finite logits in {} (run the model in bf16 or f32)",
-                        self.classifier.model().dtype()
-                    ))
+                    Err(Error::NonFinite {
+                        input: 0,
+                        message: format!(
+                            "non-finite logits in {} (run the model in bf16 or f32)",
+                            self.classifier.model().dtype()
+                        ),
+                    })
                 }
             })
             .collect())
@@ -62,15 +66,16 @@ impl BatchModel for ClassifyBatch {
 
     fn check_input(&self, r: &ClassifyRequest) -> Result<(), ModelError> {
         if r.ids.is_empty() {
-            return Err("an input has no tokens".into());
+            return Err(Box::new(Error::InvalidInput(
+                "an input has no tokens".into(),
+            )));
         }
         if r.ids.len() != r.types.len() {
-            return Err(format!(
+            return Err(Box::new(Error::InvalidInput(format!(
                 "an input has {} token ids but {} token type ids",
                 r.ids.len(),
                 r.types.len()
-            )
-            .into());
+            ))));
         }
         Ok(())
     }
@@ -98,7 +103,7 @@ pub struct ClassifierEndpoint {
 impl ClassifierEndpoint {
     /// Serves the `(device label, classifier)` replicas with the limits and batch settings
     /// of `config`.
-    pub fn new(classifiers: Vec<(String, Arc<Classifier>)>, config: &ServeConfig) -> Result<Self> {
+    pub fn new(classifiers: Vec<(String, Arc<Classifier>)>, config: &ModelConfig) -> Result<Self> {
         let Some((_, first)) = classifiers.first() else {
             return Err(Error::Config(
                 "a classifier needs at least one replica".into(),
@@ -121,7 +126,7 @@ impl ClassifierEndpoint {
                 .map(|(label, classifier)| (label, ClassifyBatch { classifier })),
             batch,
         )
-        .map_err(Error::Batch)?;
+        .map_err(|e| Error::Config(format!("starting the batch queues: {e}")))?;
         Ok(Self {
             limits: Arc::new(limits),
             labels: first.labels().to_vec(),
