@@ -106,16 +106,7 @@ pub async fn embeddings(
         ))
         .into());
     };
-    if let Some(d) = req.dimensions {
-        if d != e.dim() {
-            return Err(Error::BadRequest(format!(
-                "dimensions {d} not supported: model {} gives {}",
-                Quoted(&name),
-                e.dim()
-            ))
-            .into());
-        }
-    }
+    e.check_dimensions(req.dimensions)?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

@@ -186,14 +186,8 @@ pub async fn embed(
         // `first_embedder` named an embedder.
         return Err(Error::Internal("first embedder is not an embedder".into()).into());
     };
-    if let Some(d) = req.dimensions {
-        if d != e.dim() {
-            return Err(TeiError::validation(format!(
-                "dimensions {d} not supported: the model gives {}",
-                e.dim()
-            )));
-        }
-    }
+    e.check_dimensions(req.dimensions)
+        .map_err(|e| TeiError::validation(e.to_string()))?;
     let input = match &req.inputs {
         Value::Array(items) if items.is_empty() => {
             return Err(TeiError::new(

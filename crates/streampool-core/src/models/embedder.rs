@@ -335,6 +335,19 @@ impl EmbedderEndpoint {
         self.dim
     }
 
+    /// Checks a request's `dimensions` (OpenAI's and TEI's field): the model's own width,
+    /// or none, is accepted; any other is [`Error::InvalidInput`] (a model not trained for
+    /// shortened embeddings gives no meaningful prefix of its vectors).
+    pub fn check_dimensions(&self, dimensions: Option<usize>) -> Result<()> {
+        match dimensions {
+            Some(d) if d != self.dim => Err(Error::InvalidInput(format!(
+                "dimensions {d} not supported: the model gives {}",
+                self.dim
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The longest input accepted, in tokens.
     pub fn max_seq_len(&self) -> usize {
         self.limits.max_seq_len
