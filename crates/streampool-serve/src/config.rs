@@ -20,7 +20,11 @@ pub struct ServeConfig {
     pub addr: SocketAddr,
     /// Largest request body accepted; larger ones are answered 413.
     pub max_body_bytes: usize,
-    /// Most inputs (sentences, tensor rows) in one request; more are answered 400.
+    /// Most inputs (sentences, documents, tensor rows) in one request; more are answered 413.
+    /// A request of more inputs than a batch holds is split into batches by its model's
+    /// queue and answered as one (its inputs are admitted as one group: a large request is
+    /// never half-served), so this bounds only the memory one request may hold: its inputs'
+    /// token ids while queued and their answers (TEI's `max_client_batch_size`).
     pub max_inputs: usize,
     /// Most tensor elements in one KServe request, summed over its inputs. A request whose
     /// shapes declare more is answered 413 before anything is allocated for it (shapes are
@@ -90,7 +94,9 @@ impl Default for ServeConfig {
         Self {
             addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
             max_body_bytes: 4 << 20,
-            max_inputs: 256,
+            // Thousands, so clients need not split their batches; with the 4 MiB body limit
+            // a request holds at most a few MB of token ids.
+            max_inputs: 16_384,
             // 16 MiB of FP32: four times what the default body limit can carry in binary.
             max_elements: 4 << 20,
             body_timeout: Duration::from_secs(30),

@@ -13,6 +13,7 @@
 //! | `POST /v2/models/{name}/infer` | KServe v2 inference: JSON tensors or the binary-data extension |
 //! | `POST /v1/embeddings` | OpenAI-compatible embeddings (strings or token ids; float or base64) |
 //! | `GET /v1/models`, `GET /v1/models/{id}` | OpenAI model list and lookup |
+//! | `POST /v1/rerank` | Cohere/Jina-style rerank (`query`, `documents`, `top_n`, `return_documents`) on a reranker |
 //! | `POST /embed` (and `POST /`), `GET /info`, `GET /health` | text-embeddings-inference (TEI) compatible |
 //! | `GET /metrics` | Prometheus (`prometheus-client`): requests, errors, latency, and per model and device queue depth, outstanding work, batch sizes, busy time |
 //!
@@ -66,6 +67,7 @@ pub mod fuzzing;
 pub mod kserve;
 mod metrics;
 mod openai;
+mod rerank;
 mod server;
 mod state;
 mod tei;

@@ -274,7 +274,7 @@ pub(crate) fn parse_input(input: Value) -> Result<Input> {
 
 fn check_count(state: &AppState, n: usize) -> Result<()> {
     if n > state.config.max_inputs {
-        return Err(Error::BadRequest(format!(
+        return Err(Error::TooLarge(format!(
             "{n} inputs exceed the maximum of {} per request",
             state.config.max_inputs
         )));

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::state::AppState;
-use crate::{auth, connections, kserve, metrics, openai, tei, Error, Result, ServeConfig};
+use crate::{auth, connections, kserve, metrics, openai, rerank, tei, Error, Result, ServeConfig};
 use streampool_core::ModelSpec;
 
 /// Every route of the server on `state`: KServe v2 under `/v2`, OpenAI's `/v1/embeddings`
@@ -47,6 +47,7 @@ pub fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
             post(kserve::infer_version),
         )
         .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/rerank", post(rerank::rerank))
         .route("/v1/models", get(openai::models))
         .route("/v1/models/{id}", get(openai::model))
         .route("/embed", post(tei::embed))

@@ -300,7 +300,7 @@ async fn bad_requests_are_answered_with_status_and_message() {
             "/v2/models/mlp/infer",
             json!({"inputs": [{"name": "input", "shape": [5, MLP_WIDTH], "datatype": "FP32",
             "data": vec![1.0; 5 * MLP_WIDTH]}]}),
-            400,
+            413,
             "exceed the maximum",
         ),
         (

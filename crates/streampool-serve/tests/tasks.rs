@@ -493,3 +493,140 @@ async fn device_out_of_memory_answers_503_and_the_server_keeps_serving() {
     }
     handle.shutdown().await.unwrap();
 }
+
+/// `/v1/rerank` in the Cohere/Jina shape ranks as TEI's `/rerank` (and the library) does:
+/// the same sigmoid scores best first, `top_n`, documents as strings or objects and back with
+/// `return_documents`, and clear refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cohere_rerank_ranks_as_the_library_does() {
+    let c = classifier("tiny-xlmr-reranker");
+    let (handle, base) = serve(vec![
+        ModelSpec::Classifier {
+            name: "reranker".into(),
+            classifier: c,
+        },
+        ModelSpec::Classifier {
+            name: "labels".into(),
+            classifier: classifier("tiny-bert-classifier"),
+        },
+    ])
+    .await;
+    let reranker = Reranker::new(
+        Classifier::load(&Device::cpu(), tiny_model_dir("tiny-xlmr-reranker")).unwrap(),
+    )
+    .unwrap();
+    let query = "What is Deep Learning?";
+    let docs = [
+        "Deep Learning is not...",
+        "Deep learning is...",
+        "A recipe for bread.",
+    ];
+    let want = reranker.scores(query, &docs, false).unwrap();
+    let mut order: Vec<usize> = (0..docs.len()).collect();
+    order.sort_by(|&a, &b| want[b].total_cmp(&want[a]));
+    let (status, body) = post(
+        &base,
+        "/v1/rerank",
+        &json!({"model": "reranker", "query": query, "documents": docs}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    for (r, &i) in results.iter().zip(&order) {
+        assert_eq!(r["index"], i, "{body}");
+        let got = r["relevance_score"].as_f64().unwrap() as f32;
+        assert!((got - want[i]).abs() < 1e-5, "{got} vs {}", want[i]);
+        assert!(r.get("document").is_none(), "no documents unless asked");
+    }
+    assert!(body["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(body["meta"]["billed_units"]["search_units"], 1);
+    // Objects in, top_n, documents back; the first classifier of one label by default.
+    let objects: Vec<Value> = docs.iter().map(|d| json!({"text": d})).collect();
+    let (status, body) = post(
+        &base,
+        "/v1/rerank",
+        &json!({"query": query, "documents": objects, "top_n": 2, "return_documents": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for (r, &i) in results.iter().zip(&order) {
+        assert_eq!(r["index"], i);
+        assert_eq!(r["document"]["text"], docs[i]);
+    }
+    // Refusals in the /v1 error format.
+    for (req, needle) in [
+        (json!({"query": query, "documents": []}), "empty"),
+        (
+            json!({"query": query, "documents": docs, "max_chunks_per_doc": 2}),
+            "max_chunks_per_doc",
+        ),
+        (
+            json!({"model": "labels", "query": query, "documents": docs}),
+            "not a reranker",
+        ),
+        (
+            json!({"query": query, "documents": docs, "top_n": 0}),
+            "top_n",
+        ),
+        (json!({"query": query}), "malformed"),
+    ] {
+        let (status, body) = post(&base, "/v1/rerank", &req).await;
+        assert_eq!(status, 400, "{req}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{req}: {body}");
+    }
+    handle.shutdown().await.unwrap();
+}
+
+/// A request of far more inputs than a batch holds is split into batches by the queue and
+/// answered in full, in order, each input as the library embeds it; past `max_inputs`
+/// (16,384 by default) a request is a clear 413.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_inputs_are_answered_as_one_request() {
+    use streampool_nn::tiny_bert_dir;
+    let embedder = Arc::new(SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap());
+    let config = ServeConfig {
+        addr: "127.0.0.1:0".parse().expect("literal address"),
+        ..ServeConfig::default()
+    };
+    let handle = Server::start(
+        config,
+        vec![ModelSpec::Embedder {
+            name: "tiny-bert".into(),
+            embedder: embedder.clone(),
+        }],
+    )
+    .await
+    .expect("server starts");
+    let base = format!("http://{}", handle.addr());
+    let texts: Vec<String> = (0..10_000).map(|i| format!("text number {i}")).collect();
+    let (status, body) = post(
+        &base,
+        "/v1/embeddings",
+        &json!({"input": texts, "encoding_format": "float"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let data = body["data"].as_array().expect("data");
+    assert_eq!(data.len(), texts.len());
+    for i in [0, 4_321, 9_999] {
+        assert_eq!(data[i]["index"], i);
+        let got: Vec<f32> = serde_json::from_value(data[i]["embedding"].clone()).unwrap();
+        let want = embedder.embed(&[texts[i].as_str()]).unwrap().remove(0);
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(err < 1e-5, "input {i}: {err}");
+    }
+    let too_many = vec!["x"; 100_000];
+    let (status, body) = post(&base, "/v1/embeddings", &json!({"input": too_many})).await;
+    assert_eq!(status, 413, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("exceed the maximum of 16384"), "{body}");
+    handle.shutdown().await.unwrap();
+}

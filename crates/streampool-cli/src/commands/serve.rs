@@ -67,8 +67,13 @@ pub struct Args {
     /// Largest request body, in bytes (larger: 413).
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
-    /// Most inputs per request (more: 400).
-    #[arg(long, default_value_t = 256)]
+    /// Most inputs per request (more: 413). A request of more inputs than a batch holds is
+    /// split into batches and answered as one; this bounds the memory one request holds.
+    #[arg(
+        long,
+        visible_alias = "max-client-batch-size",
+        default_value_t = 16_384
+    )]
     max_inputs: usize,
     /// Most tensor elements per KServe request, summed over its inputs (more: 413, checked
     /// before anything is allocated).

@@ -230,7 +230,7 @@ fn check_rows(state: &AppState, rows: usize) -> Result<()> {
         return Err(Error::BadRequest("the request has no inputs".into()));
     }
     if rows > state.config.max_inputs {
-        return Err(Error::BadRequest(format!(
+        return Err(Error::TooLarge(format!(
             "{rows} inputs exceed the maximum of {} per request",
             state.config.max_inputs
         )));
