@@ -72,6 +72,7 @@ mod text;
 pub use config::ModelConfig;
 pub use error::{Error, Result};
 pub use models::{
-    l2_normalize, wait_row, ClassifierEndpoint, EmbedBatch, EmbedInput, EmbedderEndpoint,
-    ForwardFn, Launched, ModelSpec, Registry, RowOutput, ServedModel, TensorEndpoint, TensorModel,
+    l2_normalize, wait_row, ClassifierEndpoint, ClassifyBatch, ClassifyInput, EmbedBatch,
+    EmbedInput, EmbedderEndpoint, ForwardFn, Launched, ModelSpec, Registry, RowOutput, ServedModel,
+    TensorEndpoint, TensorModel,
 };

@@ -14,27 +14,70 @@ use crate::error::refusal;
 use crate::text::{self, TextLimits};
 use crate::{Error, ModelConfig, Result};
 
-/// One request of a classifier's queue: a tokenized text or pair (ids with special tokens,
+/// One input of a classifier's queue: a tokenized text or pair (ids with special tokens,
 /// and their token type ids).
-struct ClassifyRequest {
-    ids: Vec<i64>,
-    types: Vec<i64>,
+pub struct ClassifyInput {
+    /// Token ids, special tokens included.
+    pub ids: Vec<i64>,
+    /// Token type ids (0 for the first text, 1 for the second of a pair).
+    pub types: Vec<i64>,
 }
 
-/// The batch side of one classifier replica: one output per request, its logits.
-struct ClassifyBatch {
+/// The one batch adapter of a sequence classifier (a reranker or a classifier), under the
+/// server's queues and the Python package's `CrossEncoder`: one output per input, its
+/// logits, or [`Error::NonFinite`] for that input alone. Batches run padded to their longest
+/// input (masked).
+///
+/// ```
+/// use std::sync::Arc;
+/// use streampool::Device;
+/// use streampool_core::ClassifyBatch;
+/// use streampool_nn::{tiny_model_dir, Classifier};
+/// let c = Arc::new(Classifier::load(&Device::cpu(), tiny_model_dir("tiny-xlmr-reranker")).unwrap());
+/// let batch = ClassifyBatch::new(c);
+/// let inputs = batch.tokenize(&[("a query", Some("a document")), ("one text", None)]).unwrap();
+/// let rows = batch.run(inputs).unwrap();
+/// assert_eq!(rows.len(), 2);
+/// assert_eq!(rows[0].as_ref().unwrap().len(), 1);
+/// ```
+pub struct ClassifyBatch {
     classifier: Arc<Classifier>,
+    /// The limits [`ClassifyBatch::tokenize`] reads texts under (truncating).
+    limits: Arc<TextLimits>,
 }
 
-impl BatchModel for ClassifyBatch {
-    type Input = ClassifyRequest;
-    type Output = RowOutput;
+impl ClassifyBatch {
+    /// The adapter of `classifier`; [`ClassifyBatch::tokenize`] truncates to its limit.
+    pub fn new(classifier: Arc<Classifier>) -> Self {
+        let config = ModelConfig {
+            truncate: true,
+            ..ModelConfig::default()
+        };
+        let limits = Arc::new(TextLimits::new(classifier.tokenizer(), &config));
+        Self { classifier, limits }
+    }
 
-    fn forward_batch(
-        &self,
-        inputs: Vec<ClassifyRequest>,
-        _ctx: &BatchContext,
-    ) -> Result<Vec<RowOutput>, ModelError> {
+    /// The classifier it runs.
+    pub fn classifier(&self) -> &Arc<Classifier> {
+        &self.classifier
+    }
+
+    /// Tokenizes texts and `(text, text_pair)` pairs, each truncated to the model's token
+    /// limit (a pair longest first, as `tokenizers` and sentence-transformers' `CrossEncoder`
+    /// truncate): inline when small, else spread over the tokenization pool.
+    pub fn tokenize(&self, items: &[(&str, Option<&str>)]) -> Result<Vec<ClassifyInput>> {
+        let bytes = items
+            .iter()
+            .map(|(a, b)| a.len() + b.map_or(0, str::len))
+            .sum();
+        text::tokenize_blocking(items, bytes, |(a, b)| {
+            let (ids, types) = tokenize_item(&self.limits, a, *b, true)?;
+            Ok(ClassifyInput { ids, types })
+        })
+    }
+
+    /// One batch's logits, one row per input in input order (see the type's docs).
+    pub fn run(&self, inputs: Vec<ClassifyInput>) -> streampool_nn::Result<Vec<RowOutput>> {
         let seq = inputs.iter().map(|r| r.ids.len()).max().unwrap_or(0);
         let (mut ids, mut mask, mut types) = (Vec::new(), Vec::new(), Vec::new());
         for r in &inputs {
@@ -63,8 +106,21 @@ impl BatchModel for ClassifyBatch {
             })
             .collect())
     }
+}
 
-    fn check_input(&self, r: &ClassifyRequest) -> Result<(), ModelError> {
+impl BatchModel for ClassifyBatch {
+    type Input = ClassifyInput;
+    type Output = RowOutput;
+
+    fn forward_batch(
+        &self,
+        inputs: Vec<ClassifyInput>,
+        _ctx: &BatchContext,
+    ) -> Result<Vec<RowOutput>, ModelError> {
+        Ok(self.run(inputs)?)
+    }
+
+    fn check_input(&self, r: &ClassifyInput) -> Result<(), ModelError> {
         if r.ids.is_empty() {
             return Err(Box::new(Error::InvalidInput(
                 "an input has no tokens".into(),
@@ -80,11 +136,11 @@ impl BatchModel for ClassifyBatch {
         Ok(())
     }
 
-    fn input_len(&self, r: &ClassifyRequest) -> usize {
+    fn input_len(&self, r: &ClassifyInput) -> usize {
         r.ids.len()
     }
 
-    fn cost(&self, r: &ClassifyRequest) -> u64 {
+    fn cost(&self, r: &ClassifyInput) -> u64 {
         r.ids.len() as u64
     }
 
@@ -118,17 +174,18 @@ impl ClassifierEndpoint {
                 "replicas of one classifier differ in labels".into(),
             ));
         }
-        let limits = TextLimits::new(first.tokenizer(), config);
+        let limits = Arc::new(TextLimits::new(first.tokenizer(), config));
         let batch = limits.batch_config(config);
         let replicas = Replicas::new(
-            classifiers
-                .into_iter()
-                .map(|(label, classifier)| (label, ClassifyBatch { classifier })),
+            classifiers.into_iter().map(|(label, classifier)| {
+                let limits = limits.clone();
+                (label, ClassifyBatch { classifier, limits })
+            }),
             batch,
         )
         .map_err(|e| Error::Config(format!("starting the batch queues: {e}")))?;
         Ok(Self {
-            limits: Arc::new(limits),
+            limits,
             labels: first.labels().to_vec(),
             replicas,
         })
@@ -221,7 +278,7 @@ impl ClassifierEndpoint {
     ) -> impl std::future::Future<Output = Result<Vec<Vec<f32>>>> + Send + '_ {
         let requests = inputs
             .into_iter()
-            .map(|(ids, types)| ClassifyRequest { ids, types })
+            .map(|(ids, types)| ClassifyInput { ids, types })
             .collect();
         super::run_rows(&self.replicas, requests, deadline)
     }

@@ -15,7 +15,7 @@ use streampool::{Device, DeviceKind};
 use streampool_batch::{BatchModel, ReplicaStats, Replicas, StatsSnapshot};
 use streampool_nn::{Classifier, SentenceEmbedder};
 
-pub use classifier::ClassifierEndpoint;
+pub use classifier::{ClassifierEndpoint, ClassifyBatch, ClassifyInput};
 pub use embedder::{l2_normalize, wait_row, EmbedBatch, EmbedInput, EmbedderEndpoint, Launched};
 pub use tensor::{ForwardFn, TensorEndpoint, TensorModel};
 

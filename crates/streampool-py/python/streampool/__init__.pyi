@@ -1,7 +1,7 @@
 """Type stubs and docstrings of the streampool package (native module: streampool._streampool)."""
 
 import os
-from typing import Callable, Dict, Iterable, List, Optional, Union, overload
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -108,6 +108,77 @@ class SentenceEmbedder:
         """The Rust API's answer (``SentenceEmbedder::embed``), for tests."""
     def _time_rust(self, text: str, iters: int) -> float:
         """Seconds per Rust-direct ``embed([text])`` call, timed in Rust, for benchmarks."""
+
+class CrossEncoder:
+    """A reranker or sequence classifier (a ``*ForSequenceClassification`` checkpoint), as
+    sentence-transformers' ``CrossEncoder``: texts and ``(text, text_pair)`` pairs in, scores
+    out. The model runs in Rust with the GIL released; inputs longer than the model's limit
+    are truncated (a pair longest first).
+
+    Args:
+        model_name_or_path: a local folder (``config.json``, ``tokenizer.json``,
+            ``model.safetensors``); models are not downloaded.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        dtype: ``"f32"``, ``"f16"``, ``"bf16"`` (default: f16 on CUDA, f32 on the CPU).
+
+    Raises:
+        FileNotFoundError: no such folder, or a model file is missing.
+        ValueError: not a sequence-classification checkpoint, an unknown device or dtype.
+
+    >>> model = CrossEncoder("models/tiny-xlmr-reranker")
+    >>> model.predict([("what is a GPU?", "A graphics processor."), ("what is a GPU?", "Bread.")]).shape
+    (2,)
+    >>> model.rank("what is a GPU?", ["Bread.", "A graphics processor."], top_k=1)[0]["corpus_id"]  # doctest: +SKIP
+    1
+    """
+
+    def __init__(
+        self, model_name_or_path: str, device: str = "cpu", dtype: Optional[str] = None
+    ) -> None: ...
+    def predict(
+        self,
+        sentences: Union[Tuple[str, str], Sequence[Union[str, Tuple[str, str]]]],
+        batch_size: int = 32,
+        show_progress_bar: Optional[bool] = None,
+        activation_fn: Optional[Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]]] = None,
+        apply_softmax: bool = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+    ) -> Union[np.float32, npt.NDArray[np.float32]]:
+        """Scores: ``[n]`` for a reranker (the sigmoid of each logit), ``[n, labels]`` logits
+        for a classifier (probabilities with ``apply_softmax``); one pair gives one score
+        (row). ``activation_fn`` replaces the default activation. Raises ``TypeError`` for an
+        input that is not a str or a pair of str, ``ValueError`` for an empty list."""
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        top_k: Optional[int] = None,
+        return_documents: bool = False,
+        batch_size: int = 32,
+        show_progress_bar: Optional[bool] = None,
+        activation_fn: Optional[Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]]] = None,
+        apply_softmax: bool = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+    ) -> List[Dict[str, Union[int, float, str]]]:
+        """``documents`` ranked against ``query``, best first: ``{"corpus_id", "score"}``
+        (and ``"text"`` with ``return_documents``), the first ``top_k``."""
+    @property
+    def num_labels(self) -> int:
+        """Labels of the model's head (1 for a reranker)."""
+    @property
+    def labels(self) -> List[str]:
+        """The label names, by class index."""
+    @property
+    def max_length(self) -> int:
+        """The longest input in tokens; longer ones are truncated."""
+    @property
+    def device(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    def _logits(self, sentences: Sequence[Union[str, Tuple[str, str]]], batch_size: int = 32) -> npt.NDArray[np.float32]:
+        """The raw logits ``[n, labels]``, for tests."""
 
 class BatchQueue:
     """Dynamic batching over a ``SentenceEmbedder``: single texts from many threads or
