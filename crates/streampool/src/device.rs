@@ -41,6 +41,11 @@ pub struct DeviceConfig {
     /// compiles them with NVRTC at run time (or takes them from `kernel_cache`) as on any
     /// other GPU, e.g. to measure that path.
     pub embedded_kernels: bool,
+    /// Whether the CUDA backend keeps its cuBLASLt tuning choices on disk, in the kernel
+    /// cache's `tuning` folder ([`TuningCache`](crate::TuningCache); default `true`; nothing
+    /// is kept when `kernel_cache` is off). A later process on the machine then takes each
+    /// shape's choice instead of timing the candidates on its first call.
+    pub tuning_cache: bool,
 }
 
 impl Default for DeviceConfig {
@@ -51,6 +56,7 @@ impl Default for DeviceConfig {
             events: EventPolicy::Auto,
             kernel_cache: KernelCacheDir::FromEnv,
             embedded_kernels: true,
+            tuning_cache: true,
         }
     }
 }

@@ -161,6 +161,18 @@ impl CudaDevice {
             kernel_disk.as_ref(),
             sources,
         ));
+        let tuning = match (&kernel_disk, config.tuning_cache, cc) {
+            (Some(disk), true, Some(cc)) => Some(crate::TuningCache::new(
+                crate::TuningCache::dir_beside(disk.dir()),
+                crate::TuningScope {
+                    gpu: gpu.clone(),
+                    compute_capability: cc,
+                    library: blas_lt::library_version(),
+                },
+            )),
+            _ => None,
+        };
+        blas_lt::set_tuning_cache(&name, tuning);
         Ok(Self {
             shared: Arc::new(Shared {
                 staging: std::env::var("STREAMPOOL_CUDA_STAGING").map_or(true, |v| v != "0"),
