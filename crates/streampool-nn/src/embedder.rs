@@ -253,6 +253,58 @@ impl SentenceEmbedder {
         })
     }
 
+    /// Pays before traffic what a new machine's first batches would: one forward at each
+    /// power-of-two token count from 2,048 up to the bucket of `max_tokens` (a batch's
+    /// largest token count; padding and bucketing included), so that every cuBLASLt tuning
+    /// bucket such batches meet is timed now, or read from the tuning cache where an earlier
+    /// process on this machine timed it ([`streampool::TuningCache`]). Sequences of up to
+    /// 128 tokens, on the path real batches take (packed where [`Self::packs`]). On a device
+    /// without tuning (the CPU) it costs the forwards alone; `max_tokens` 0 does nothing.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// emb.warm_up_tuning(4096).unwrap();
+    /// ```
+    pub fn warm_up_tuning(&self, max_tokens: usize) -> Result<()> {
+        if max_tokens == 0 {
+            return Ok(());
+        }
+        let top = self.buckets.round(max_tokens).next_power_of_two();
+        let len = self.tokenizer.max_len().clamp(2, 128);
+        let vocab = self.model.config().vocab_size.max(1) as i64;
+        timed("warm-up tuning", || {
+            let mut tokens = 2048usize;
+            while tokens <= top.max(2048) {
+                let rows = tokens.div_ceil(len);
+                let sequences: Vec<Vec<i64>> = (0..rows)
+                    .map(|r| {
+                        (0..len)
+                            .map(|k| {
+                                let id = match k {
+                                    0 => 101,
+                                    _ if k + 1 == len => 102,
+                                    _ => 1000 + ((r * 131 + k * 17) % 20_000) as i64,
+                                };
+                                id % vocab
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let out = if self.packs() {
+                    self.embed_packed(&PackedInput::from_sequences(&sequences)?)?
+                } else {
+                    self.embed_input_padded(&BertInput::from_sequences(&sequences)?)?
+                };
+                // Read back: the forward (and its tuning) is done before the next size.
+                out.to_vec::<f32>()?;
+                tokens *= 2;
+            }
+            Ok(())
+        })
+    }
+
     /// Pairs a tokenizer with a model; the tokenizer must not produce sequences longer than
     /// the model's positions.
     /// Pools by the mean and normalizes, with no prompts; see [`Self::with_pooling`].

@@ -331,7 +331,10 @@ impl BlasLt {
             residual: c.is_some(),
         };
         if !self.plans.contains_key(&key) {
-            let plan = self.plan(key, data, epilogue, workspace_bytes);
+            // Timed (`crate::phases`): part of what a new shape costs on its first call.
+            let plan = crate::phases::timed("cuBLASLt plan", || {
+                self.plan(key, data, epilogue, workspace_bytes)
+            });
             if let Err(e) = &plan {
                 tracing::debug!(
                     "cuBLASLt {act:?} epilogue unavailable for {m}x{n}x{k} {dtype:?}: {e}"
@@ -672,7 +675,7 @@ impl BlasLt {
             Step::Use(algo) => algo,
             Step::Tune => {
                 // SAFETY: forwarded from the caller.
-                let best = unsafe {
+                let best = crate::phases::timed("cuBLASLt tuning", || unsafe {
                     self.time_candidates(
                         key,
                         plan,
@@ -683,7 +686,7 @@ impl BlasLt {
                         stream,
                         (workspace, workspace_bytes),
                     )
-                };
+                });
                 if let Some(d) = &disk {
                     if let Err(e) = d.put(&tkey.shape_text(), algo_choice(best)) {
                         tracing::warn!(dir = %d.dir().display(), error = %e,

@@ -195,8 +195,9 @@ impl BackendMemory for CudaDevice {
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.bind()?;
         // SAFETY: a plain device allocation (never managed memory) in the bound context.
-        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
-            match driver_err(&self.shared.name, e) {
+        // Timed (`crate::phases`): new sizes on a new shape's first call reach the driver.
+        let ptr = crate::phases::timed("cuMemAlloc", || unsafe { result::malloc_sync(bytes) })
+            .map_err(|e| match driver_err(&self.shared.name, e) {
                 Error::OutOfMemory { device, .. } => Error::OutOfMemory {
                     device,
                     requested: bytes,
@@ -205,8 +206,7 @@ impl BackendMemory for CudaDevice {
                     limit: None,
                 },
                 other => other,
-            }
-        })?;
+            })?;
         Ok(DevicePtr(ptr))
     }
 
