@@ -30,6 +30,9 @@ enum Command {
     Serve(commands::serve::Args),
     /// Run many ops and forwards from many threads (with churn) and check every result.
     Soak(commands::soak::Args),
+    /// Measure a never-seen mixed-length corpus's first pass against its steady state, and
+    /// where a new batch shape's first-call time goes.
+    FirstUse(commands::first_use::Args),
     /// Load a running server (OpenAI /v1/embeddings or TEI /embed) from N keep-alive
     /// connections and report served sentences/s, latency, errors by status and its own CPU.
     Loadgen(commands::loadgen::Args),
@@ -49,5 +52,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(a) => commands::serve::run(a, start),
         Command::Soak(a) => commands::soak::run(a),
         Command::Loadgen(a) => commands::loadgen::run(a),
+        Command::FirstUse(a) => commands::first_use::run(a, start),
     }
 }

@@ -322,6 +322,12 @@ impl BertEmbeddings {
 /// batch under one bound replays the same graph.
 const PACKED_LEN_BUCKET: usize = 64;
 
+/// The length bound a packed batch whose longest sequence has `max_len` tokens runs under
+/// (its attention grid's size and part of its graph's key).
+pub(crate) fn packed_len_bound(max_len: usize) -> usize {
+    max_len.div_ceil(PACKED_LEN_BUCKET).max(1) * PACKED_LEN_BUCKET
+}
+
 /// A transformer of any supported [`Family`] (the name is BERT's, the first one): embeddings
 /// and a stack of layers (post-norm, or pre-norm with a final norm), with rotary tables, a
 /// relative position bias and a classification head where the family and checkpoint have
@@ -683,7 +689,7 @@ impl BertModel {
                 self.family
             )));
         }
-        let bound = input.max_len().div_ceil(PACKED_LEN_BUCKET).max(1) * PACKED_LEN_BUCKET;
+        let bound = packed_len_bound(input.max_len());
         let mask = AttentionMask::packed(input.offsets(), bound, &self.device)?;
         let x = self.embeddings.forward_packed(input)?;
         let mut out =

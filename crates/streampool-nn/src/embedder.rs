@@ -8,9 +8,11 @@ use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
 use crate::accuracy::{self, AccuracyReport, LoadOptions, QuantizationGate};
+use crate::bert::packed_len_bound;
 use crate::pooling::{read_json, Pooling, PoolingMode};
 use crate::{
     BertInput, BertModel, BertTokenizer, ComputeDType, Error, Family, PackedInput, Result,
+    ShapeBuckets,
 };
 
 /// Turns sentences into vectors as sentence-transformers does, with the pooling and prompts
@@ -41,6 +43,8 @@ pub struct SentenceEmbedder {
     chunk: usize,
     /// Whether batches of mixed lengths run packed; see [`SentenceEmbedder::with_packing`].
     packing: bool,
+    /// How batch shapes are rounded; see [`SentenceEmbedder::with_shape_buckets`].
+    buckets: ShapeBuckets,
     /// What the accuracy gate measured when the model was loaded in a quantized dtype.
     accuracy: Option<AccuracyReport>,
 }
@@ -249,6 +253,58 @@ impl SentenceEmbedder {
         })
     }
 
+    /// Pays before traffic what a new machine's first batches would: one forward at each
+    /// power-of-two token count from 2,048 up to the bucket of `max_tokens` (a batch's
+    /// largest token count; padding and bucketing included), so that every cuBLASLt tuning
+    /// bucket such batches meet is timed now, or read from the tuning cache where an earlier
+    /// process on this machine timed it ([`streampool::TuningCache`]). Sequences of up to
+    /// 128 tokens, on the path real batches take (packed where [`Self::packs`]). On a device
+    /// without tuning (the CPU) it costs the forwards alone; `max_tokens` 0 does nothing.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir()).unwrap();
+    /// emb.warm_up_tuning(4096).unwrap();
+    /// ```
+    pub fn warm_up_tuning(&self, max_tokens: usize) -> Result<()> {
+        if max_tokens == 0 {
+            return Ok(());
+        }
+        let top = self.buckets.round(max_tokens).next_power_of_two();
+        let len = self.tokenizer.max_len().clamp(2, 128);
+        let vocab = self.model.config().vocab_size.max(1) as i64;
+        timed("warm-up tuning", || {
+            let mut tokens = 2048usize;
+            while tokens <= top.max(2048) {
+                let rows = tokens.div_ceil(len);
+                let sequences: Vec<Vec<i64>> = (0..rows)
+                    .map(|r| {
+                        (0..len)
+                            .map(|k| {
+                                let id = match k {
+                                    0 => 101,
+                                    _ if k + 1 == len => 102,
+                                    _ => 1000 + ((r * 131 + k * 17) % 20_000) as i64,
+                                };
+                                id % vocab
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let out = if self.packs() {
+                    self.embed_packed(&PackedInput::from_sequences(&sequences)?)?
+                } else {
+                    self.embed_input_padded(&BertInput::from_sequences(&sequences)?)?
+                };
+                // Read back: the forward (and its tuning) is done before the next size.
+                out.to_vec::<f32>()?;
+                tokens *= 2;
+            }
+            Ok(())
+        })
+    }
+
     /// Pairs a tokenizer with a model; the tokenizer must not produce sequences longer than
     /// the model's positions.
     /// Pools by the mean and normalizes, with no prompts; see [`Self::with_pooling`].
@@ -271,6 +327,7 @@ impl SentenceEmbedder {
             default_prompt: None,
             chunk: DEFAULT_EMBED_CHUNK,
             packing: true,
+            buckets: ShapeBuckets::default(),
             accuracy: None,
         })
     }
@@ -293,6 +350,32 @@ impl SentenceEmbedder {
     pub fn with_packing(mut self, packing: bool) -> Self {
         self.packing = packing;
         self
+    }
+
+    /// How batch shapes are rounded up before they run (default [`ShapeBuckets::default`]:
+    /// 8 steps per octave), so a corpus or a server meets a bounded number of shapes and
+    /// reuses each one's cuBLASLt plans and CUDA graph instead of setting up a new shape for
+    /// almost every batch. A padded batch gets masked padding columns and copies of its last
+    /// row; a packed batch gets sequences of padding tokens and empty sequences. The extra
+    /// rows are computed and dropped: the embeddings are those of the batch as given, up to
+    /// float rounding. [`ShapeBuckets::OFF`] runs every batch at its own shape.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// use streampool_nn::{tiny_bert_dir, SentenceEmbedder, ShapeBuckets};
+    /// let emb = SentenceEmbedder::load(&Device::cpu(), tiny_bert_dir())
+    ///     .unwrap()
+    ///     .with_shape_buckets(ShapeBuckets::OFF);
+    /// assert_eq!(emb.shape_buckets(), ShapeBuckets::OFF);
+    /// ```
+    pub fn with_shape_buckets(mut self, buckets: ShapeBuckets) -> Self {
+        self.buckets = buckets;
+        self
+    }
+
+    /// How batch shapes are rounded (see [`Self::with_shape_buckets`]).
+    pub fn shape_buckets(&self) -> ShapeBuckets {
+        self.buckets
     }
 
     /// Whether batches of mixed lengths run packed (see [`Self::with_packing`]).
@@ -372,10 +455,16 @@ impl SentenceEmbedder {
     }
 
     /// Unit-length mean-pooled embeddings `[batch, dim]` of a packed batch, left on the
-    /// device.
+    /// device (run at its bucket shape, [`Self::with_shape_buckets`]).
     pub fn embed_packed(&self, input: &PackedInput) -> Result<Tensor> {
-        let (hidden, offsets) = self.model.forward_packed(input)?;
-        Ok(hidden.mean_pool_normalize_packed(&offsets)?)
+        let bucketed = self
+            .buckets
+            .pad_packed(input, packed_len_bound(input.max_len()));
+        let (hidden, offsets) = self
+            .model
+            .forward_packed(bucketed.as_ref().unwrap_or(input))?;
+        let pooled = hidden.mean_pool_normalize_packed(&offsets)?;
+        first_rows(pooled, input.batch_size())
     }
 
     /// [`Self::embed_input`] on the padded path whatever the batch (to compare the two).
@@ -385,10 +474,15 @@ impl SentenceEmbedder {
 
     /// [`Self::embed_input`], unit length or not as `normalize` says (the server's
     /// `normalize` request field).
+    /// Runs at the batch's bucket shape ([`Self::with_shape_buckets`]).
     pub fn embed_input_with(&self, input: &BertInput, normalize: bool) -> Result<Tensor> {
-        let hidden = self.model.forward(input)?;
-        self.pooling
-            .pool(&hidden, input.attention_mask(), normalize)
+        let bucketed = self.buckets.pad_input(input, self.model.max_positions());
+        let run = bucketed.as_ref().unwrap_or(input);
+        let hidden = self.model.forward(run)?;
+        let pooled = self
+            .pooling
+            .pool(&hidden, run.attention_mask(), normalize)?;
+        first_rows(pooled, input.batch_size())
     }
 
     /// One embedding per text (the model's pooling; unit length where it normalizes; its
@@ -490,6 +584,15 @@ fn prompts(dir: &Path) -> Result<(BTreeMap<String, String>, Option<String>)> {
         })?),
     };
     Ok((prompts, default))
+}
+
+/// The first `rows` rows of `[bucket rows, dim]` embeddings (all of them when no rows were
+/// added).
+fn first_rows(pooled: Tensor, rows: usize) -> Result<Tensor> {
+    if pooled.dims()[0] == rows {
+        return Ok(pooled);
+    }
+    Ok(pooled.narrow(0, 0, rows)?.contiguous()?)
 }
 
 /// `max_seq_length` from `dir/sentence_bert_config.json`, if that file exists.

@@ -82,6 +82,7 @@
 
 pub mod accuracy;
 mod bert;
+mod buckets;
 mod config;
 mod dtype;
 mod embedder;
@@ -99,6 +100,7 @@ mod weights;
 
 pub use accuracy::LoadOptions;
 pub use bert::{BertInput, BertModel};
+pub use buckets::ShapeBuckets;
 pub use config::{BertConfig, Family};
 pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};

@@ -118,6 +118,24 @@ impl PackedInput {
     pub fn positions(&self) -> &[i64] {
         &self.positions
     }
+    /// This batch followed by sequences of padding tokens (id 0, type 0) of the given
+    /// lengths (0: an empty sequence), for [`crate::ShapeBuckets::pad_packed`].
+    pub(crate) fn with_filler_sequences(&self, lengths: &[usize]) -> Self {
+        let extra: usize = lengths.iter().sum();
+        let mut p = self.clone();
+        p.input_ids.reserve(extra);
+        p.token_type_ids.reserve(extra);
+        p.positions.reserve(extra);
+        for &len in lengths {
+            p.input_ids.resize(p.input_ids.len() + len, 0);
+            p.token_type_ids.resize(p.token_type_ids.len() + len, 0);
+            p.positions.extend(0..len as i64);
+            p.offsets.push(p.input_ids.len());
+            p.max_len = p.max_len.max(len);
+        }
+        p
+    }
+
     /// Whether packing saves anything: some sequence is shorter than the longest.
     pub fn has_padding(&self) -> bool {
         self.tokens() < self.batch_size() * self.max_len

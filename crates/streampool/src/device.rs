@@ -36,6 +36,16 @@ pub struct DeviceConfig {
     /// and wgpu backends keep none). Default: as the environment says
     /// ([`DiskCache::kernels_from_env`](crate::DiskCache::kernels_from_env)).
     pub kernel_cache: KernelCacheDir,
+    /// Whether the CUDA backend loads the kernels compiled at build time where the GPU runs
+    /// them (sm_80 and sm_90 builds, when the build found NVRTC; default `true`). `false`
+    /// compiles them with NVRTC at run time (or takes them from `kernel_cache`) as on any
+    /// other GPU, e.g. to measure that path.
+    pub embedded_kernels: bool,
+    /// Whether the CUDA backend keeps its cuBLASLt tuning choices on disk, in the kernel
+    /// cache's `tuning` folder ([`TuningCache`](crate::TuningCache); default `true`; nothing
+    /// is kept when `kernel_cache` is off). A later process on the machine then takes each
+    /// shape's choice instead of timing the candidates on its first call.
+    pub tuning_cache: bool,
 }
 
 impl Default for DeviceConfig {
@@ -45,6 +55,8 @@ impl Default for DeviceConfig {
             memory_limit: None,
             events: EventPolicy::Auto,
             kernel_cache: KernelCacheDir::FromEnv,
+            embedded_kernels: true,
+            tuning_cache: true,
         }
     }
 }

@@ -104,8 +104,9 @@ pub struct DiskCache {
 }
 
 impl DiskCache {
-    /// Entries kept by default: a few GPU architectures times a few builds.
-    pub const DEFAULT_MAX_ENTRIES: usize = 32;
+    /// Entries kept by default: a few GPU architectures times a few builds of the CUDA
+    /// backend's kernel groups (a dozen entries each).
+    pub const DEFAULT_MAX_ENTRIES: usize = 64;
 
     /// A cache in `dir`, created on the first [`put`](Self::put).
     pub fn new(dir: impl Into<PathBuf>) -> Self {

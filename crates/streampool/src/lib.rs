@@ -55,6 +55,7 @@ mod stream_pool;
 #[doc(hidden)]
 pub mod sync;
 pub mod tensor;
+pub mod tuning_cache;
 #[cfg(feature = "wgpu")]
 mod wgpu;
 
@@ -88,3 +89,4 @@ pub use profile::KernelTime;
 pub use stream::Stream;
 pub use stream_pool::StreamGuard;
 pub use tensor::Tensor;
+pub use tuning_cache::{TunedChoice, TuningCache, TuningScope};

@@ -79,6 +79,12 @@ pub fn timed<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// The current thread's [`Phases::scope`], if any: for work this thread hands to others
+/// (each runs it under [`Phases::scope`] to record there too).
+pub fn current() -> Option<Arc<Phases>> {
+    SCOPE.with(|s| s.borrow().clone())
+}
+
 /// Pops this thread's nesting entry when a phase ends, also if its closure panics.
 struct Open;
 

@@ -1,7 +1,10 @@
-//! The CUDA backend's on-disk kernel cache on a real GPU: the first device compiles and
-//! stores, the next loads without compiling, a corrupt entry is compiled again and replaced,
-//! an unwritable folder only costs the compile, and kernels from the cache compute what
-//! compiled ones do. Returns early where there is no GPU (as `tests/cuda.rs`).
+//! The CUDA backend's kernels on a real GPU. With the kernels embedded at build time off,
+//! the on-disk cache: the first device compiles and stores (one entry per kernel group), the
+//! next loads without compiling, a corrupt entry is compiled again and replaced, an
+//! unwritable folder only costs the compile, and kernels from the cache compute what
+//! compiled ones do. With them on (where the build embedded this GPU's architecture): no
+//! compile, no cache entry, the same results. Returns early where there is no GPU (as
+//! `tests/cuda.rs`).
 #![cfg(feature = "cuda")]
 
 use std::path::{Path, PathBuf};
@@ -10,11 +13,17 @@ use std::sync::Arc;
 use streampool::phases::Phases;
 use streampool::{Device, DeviceConfig, KernelCacheDir, Tensor};
 
-/// A fresh device on GPU 0 with its kernel cache in `cache` (its own kernel build: a
-/// `cuda_with` device shares no kernels with others); `None` without a GPU.
+/// A fresh device on GPU 0 with its kernel cache in `cache` and no embedded kernels (its
+/// own kernel build: a `cuda_with` device shares no kernels with others); `None` without a
+/// GPU.
 fn device(cache: KernelCacheDir) -> Option<Device> {
+    device_with(cache, false)
+}
+
+fn device_with(cache: KernelCacheDir, embedded_kernels: bool) -> Option<Device> {
     let config = DeviceConfig {
         kernel_cache: cache,
+        embedded_kernels,
         ..DeviceConfig::default()
     };
     match Device::cuda_with(0, config) {
@@ -76,7 +85,8 @@ fn compiled_once_then_loaded_from_disk_and_rebuilt_when_corrupt() {
     let phases = build_phases(&first);
     assert!(phases.contains(&"kernels compiled"), "{phases:?}");
     let stored = entries(&dir);
-    assert_eq!(stored.len(), 1, "one image stored: {stored:?}");
+    // One image per kernel group this GPU runs (the tensor-core attention from sm_80 on).
+    assert!(stored.len() >= 8, "one image per group: {stored:?}");
     let want = compute(&first);
 
     // A second device (as a second process would): read from disk, no compile.
@@ -94,7 +104,7 @@ fn compiled_once_then_loaded_from_disk_and_rebuilt_when_corrupt() {
     assert_eq!(compute(&third), want);
     let fourth = device(KernelCacheDir::Dir(dir.clone())).unwrap();
     assert!(!build_phases(&fourth).contains(&"kernels compiled"));
-    assert_eq!(entries(&dir).len(), 1);
+    assert_eq!(entries(&dir).len(), stored.len());
 
     // Off: compiles, writes nothing.
     let off = device(KernelCacheDir::Off).unwrap();
@@ -107,5 +117,24 @@ fn compiled_once_then_loaded_from_disk_and_rebuilt_when_corrupt() {
     let unwritable = device(KernelCacheDir::Dir(file.join("kernels"))).unwrap();
     assert!(build_phases(&unwritable).contains(&"kernels compiled"));
     assert_eq!(compute(&unwritable), want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn embedded_kernels_need_no_compile_and_no_cache() {
+    let dir = std::env::temp_dir().join(format!("streampool-cuda-emb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some(embedded) = device_with(KernelCacheDir::Dir(dir.clone()), true) else {
+        return;
+    };
+    let phases = build_phases(&embedded);
+    if phases.contains(&"kernels compiled") {
+        eprintln!("this build embeds no kernels for this GPU, skipping ({phases:?})");
+        return;
+    }
+    assert!(phases.contains(&"kernels loaded"), "{phases:?}");
+    assert!(entries(&dir).is_empty(), "nothing written to the cache");
+    let compiled = device_with(KernelCacheDir::Off, false).unwrap();
+    assert_eq!(compute(&embedded), compute(&compiled));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -163,8 +163,9 @@ pub struct Args {
     /// >= --timeout-s and below the orchestrator's kill deadline (deploy/README.md).
     #[arg(long, default_value_t = 30.0)]
     drain_timeout_secs: f64,
-    /// Do not run the warm-up forward before listening (then the first requests pay for
-    /// cuBLAS set-up and lazy kernel loading).
+    /// Do not run the warm-up before listening: a forward, and one per power-of-two token
+    /// bucket up to --max-batch-tokens to tune cuBLASLt (or read the tuning cache). Then the
+    /// first requests pay for cuBLAS set-up, lazy kernel loading and tuning.
     #[arg(long)]
     no_warm_up: bool,
     /// Time each embedding request's host phases (read, JSON parse, tokenization, batch
@@ -208,7 +209,9 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
                 let dtype = args
                     .dtype
                     .unwrap_or_else(|| super::device::default_dtype(dev));
-                let (dirs, mlp, warm_up, phases) = (&dirs, !args.no_mlp, !args.no_warm_up, &phases);
+                // The warm-up also tunes for batches up to max_batch_tokens.
+                let warm_up = (!args.no_warm_up).then_some(args.max_batch_tokens);
+                let (dirs, mlp, phases) = (&dirs, !args.no_mlp, &phases);
                 s.spawn(move || {
                     super::startup::load_with_kernels(phases, dev, || {
                         load_replicas(dev, dirs, mlp, dtype, warm_up)
@@ -316,7 +319,7 @@ fn load_replicas(
     dirs: &[(String, PathBuf)],
     mlp: bool,
     dtype: ComputeDType,
-    warm_up: bool,
+    warm_up: Option<usize>,
 ) -> Result<Vec<ModelSpec>> {
     let mut models = Vec::new();
     for (name, dir) in dirs {
@@ -331,7 +334,7 @@ fn load_replicas(
                     dev.name()
                 )
             })?;
-            if warm_up {
+            if warm_up.is_some() {
                 classifier
                     .predict(&["warm-up"])
                     .with_context(|| format!("warming up {name} on {}", dev.name()))?;
@@ -349,9 +352,10 @@ fn load_replicas(
                 dev.name()
             )
         })?;
-        if warm_up {
+        if let Some(max_tokens) = warm_up {
             embedder
                 .warm_up()
+                .and_then(|()| embedder.warm_up_tuning(max_tokens))
                 .with_context(|| format!("warming up {name} on {}", dev.name()))?;
         }
         models.push(ModelSpec::Embedder {

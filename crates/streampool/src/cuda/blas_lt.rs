@@ -27,10 +27,17 @@
 //! heuristic's choice meanwhile and looks again on its next call.
 //! `STREAMPOOL_CUBLASLT_TUNE=off` (or `0`) keeps the heuristic's choice, `N` times N
 //! candidates (16 by default); `STREAMPOOL_CUBLASLT_TUNE_LOG=1` prints each timing to stderr.
+//!
+//! Choices outlive the process: each one timed is also stored in the device's
+//! [`TuningCache`] (the kernel cache's `tuning` folder, keyed by GPU, compute capability,
+//! cuBLASLt version and the bucketed shape), and a shape missing from the process table is
+//! looked up there before it is timed, so a restarted or autoscaled replica on the same
+//! machine times nothing. A stored algorithm goes through the same
+//! `cublasLtMatmulAlgoCheck` as any reused choice.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys::{
@@ -42,7 +49,7 @@ use cudarc::cublaslt::sys::{
 use cudarc::driver::sys;
 
 use crate::kernel::Activation;
-use crate::{DType, Error, Result};
+use crate::{DType, Error, Result, TunedChoice, TuningCache};
 
 /// A plan's shape: cuBLAS's column-major view of the row-major product (see `Blas::matmul`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -147,6 +154,76 @@ fn tuned_table() -> std::sync::MutexGuard<'static, HashMap<TuneKey, Tuned>> {
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Each device's tuning cache (by device name, as [`TuneKey`]), set when the device opens.
+static TUNING_DISK: OnceLock<Mutex<HashMap<String, Arc<TuningCache>>>> = OnceLock::new();
+
+fn tuning_disks() -> std::sync::MutexGuard<'static, HashMap<String, Arc<TuningCache>>> {
+    // A panic while the lock is held leaves the map consistent (single inserts): recover.
+    TUNING_DISK
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes `cache` the tuning cache of device `device` (`None`: none). A device opened again
+/// under the same name replaces the earlier one's.
+pub(crate) fn set_tuning_cache(device: &str, cache: Option<TuningCache>) {
+    let mut disks = tuning_disks();
+    match cache {
+        Some(c) => disks.insert(device.to_string(), Arc::new(c)),
+        None => disks.remove(device),
+    };
+}
+
+fn tuning_cache(device: &str) -> Option<Arc<TuningCache>> {
+    tuning_disks().get(device).cloned()
+}
+
+/// `cuBLASLt <version>`, part of every tuning cache key (another version may rank the
+/// algorithms differently, or number them differently).
+pub(crate) fn library_version() -> String {
+    // SAFETY: a plain query with no arguments; the library was found at device open.
+    format!("cuBLASLt {}", unsafe {
+        cudarc::cublaslt::sys::cublasLtGetVersion()
+    })
+}
+
+impl TuneKey {
+    /// The tuning cache's text of this shape (the device is the cache's scope).
+    fn shape_text(&self) -> String {
+        let k = &self.key;
+        format!(
+            "{:?} {:?} ta={} tb={} m={} n={} k={} lda={} ldb={} residual={} candidates={}",
+            k.dtype,
+            k.act,
+            k.trans_a,
+            k.trans_b,
+            k.m,
+            k.n,
+            k.k,
+            k.lda,
+            k.ldb,
+            k.residual,
+            tune_candidates()
+        )
+    }
+}
+
+/// An algorithm as the tuning cache stores it, and back.
+fn algo_choice(algo: Option<cublasLtMatmulAlgo_t>) -> TunedChoice {
+    match algo {
+        Some(a) => TunedChoice::Algorithm(a.data),
+        None => TunedChoice::Heuristic,
+    }
+}
+
+fn choice_algo(choice: TunedChoice) -> Option<cublasLtMatmulAlgo_t> {
+    match choice {
+        TunedChoice::Heuristic => None,
+        TunedChoice::Algorithm(data) => Some(cublasLtMatmulAlgo_t { data }),
+    }
 }
 
 /// What [`BlasLt::settle`] should do for a plan that is not settled yet.
@@ -254,7 +331,10 @@ impl BlasLt {
             residual: c.is_some(),
         };
         if !self.plans.contains_key(&key) {
-            let plan = self.plan(key, data, epilogue, workspace_bytes);
+            // Timed (`crate::phases`): part of what a new shape costs on its first call.
+            let plan = crate::phases::timed("cuBLASLt plan", || {
+                self.plan(key, data, epilogue, workspace_bytes)
+            });
             if let Err(e) = &plan {
                 tracing::debug!(
                     "cuBLASLt {act:?} epilogue unavailable for {m}x{n}x{k} {dtype:?}: {e}"
@@ -561,15 +641,29 @@ impl BlasLt {
             .result()
             .is_err()
             || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let step = {
-            let mut table = tuned_table();
-            match table.get(&tkey) {
-                Some(Tuned::Done(algo)) => Step::Use(*algo),
-                Some(Tuned::InProgress) => Step::Wait,
-                None if capturing => Step::Wait,
-                None => {
-                    table.insert(tkey.clone(), Tuned::InProgress);
-                    Step::Tune
+        let disk = tuning_cache(&self.device);
+        let known = tuned_table().get(&tkey).copied();
+        let step = match known {
+            Some(Tuned::Done(algo)) => Step::Use(algo),
+            Some(Tuned::InProgress) => Step::Wait,
+            None => {
+                // Timed by an earlier process on this machine? Read with no lock held (a
+                // file read, no GPU work: fine while capturing too).
+                let stored = disk.as_ref().and_then(|d| d.get(&tkey.shape_text()));
+                let mut table = tuned_table();
+                match (table.get(&tkey).copied(), stored) {
+                    (Some(Tuned::Done(algo)), _) => Step::Use(algo),
+                    (Some(Tuned::InProgress), _) => Step::Wait,
+                    (None, Some(choice)) => {
+                        let algo = choice_algo(choice);
+                        table.insert(tkey.clone(), Tuned::Done(algo));
+                        Step::Use(algo)
+                    }
+                    (None, None) if capturing => Step::Wait,
+                    (None, None) => {
+                        table.insert(tkey.clone(), Tuned::InProgress);
+                        Step::Tune
+                    }
                 }
             }
         };
@@ -581,7 +675,7 @@ impl BlasLt {
             Step::Use(algo) => algo,
             Step::Tune => {
                 // SAFETY: forwarded from the caller.
-                let best = unsafe {
+                let best = crate::phases::timed("cuBLASLt tuning", || unsafe {
                     self.time_candidates(
                         key,
                         plan,
@@ -592,7 +686,13 @@ impl BlasLt {
                         stream,
                         (workspace, workspace_bytes),
                     )
-                };
+                });
+                if let Some(d) = &disk {
+                    if let Err(e) = d.put(&tkey.shape_text(), algo_choice(best)) {
+                        tracing::warn!(dir = %d.dir().display(), error = %e,
+                            "tuning cache not writable: the next process times this shape again");
+                    }
+                }
                 tuned_table().insert(tkey, Tuned::Done(best));
                 best
             }
@@ -724,6 +824,65 @@ mod tests {
             ldb: 384,
             residual: false,
         }
+    }
+
+    #[test]
+    fn the_stored_shape_names_every_field_of_the_bucketed_key() {
+        let t = |k: Key| TuneKey::new("cuda:0", k).shape_text();
+        // Same bucket, same entry; another bucket or field, another entry.
+        assert_eq!(t(key(1000)), t(key(1024)));
+        assert_ne!(t(key(1024)), t(key(1025)));
+        let base = t(key(1024));
+        let variants = [
+            Key {
+                dtype: DType::BF16,
+                ..key(1024)
+            },
+            Key {
+                act: Activation::Identity,
+                ..key(1024)
+            },
+            Key {
+                trans_a: true,
+                ..key(1024)
+            },
+            Key {
+                trans_b: false,
+                ..key(1024)
+            },
+            Key {
+                m: 384,
+                ..key(1024)
+            },
+            Key {
+                k: 1536,
+                ..key(1024)
+            },
+            Key {
+                lda: 4096,
+                ..key(1024)
+            },
+            Key {
+                ldb: 4096,
+                ..key(1024)
+            },
+            Key {
+                residual: true,
+                ..key(1024)
+            },
+        ];
+        for v in variants {
+            assert_ne!(t(v), base);
+        }
+        // The algorithm's words survive the round trip through the cache's choice.
+        let algo = cublasLtMatmulAlgo_t {
+            data: [1, 2, 3, 4, 5, 6, 7, u64::MAX],
+        };
+        assert_eq!(
+            choice_algo(algo_choice(Some(algo))).map(|a| a.data),
+            Some(algo.data)
+        );
+        assert!(choice_algo(algo_choice(None)).is_none());
     }
 
     #[test]

@@ -10,6 +10,22 @@
 // each element as float and rounds once on store. Half conversions are written out here
 // (PTX `cvt` for f16, bit arithmetic for bf16) so NVRTC needs no CUDA headers.
 
+// Kernel groups (`KernelGroup` in module.rs): built with SP_GROUP defined, the source holds
+// that group's entry points alone, so a run-time compile builds only what a model launches
+// (BERT in f16 never needs the f32 attention) and the groups compile on several threads at
+// once. Without SP_GROUP it holds every kernel. The numbers are `KernelGroup::id`.
+#define SP_GROUP_BASIC 1
+#define SP_GROUP_NORM 2
+#define SP_GROUP_POOL 3
+#define SP_GROUP_ACT 4
+#define SP_GROUP_ATTENTION 10
+#define SP_GROUP_ATTENTION_MMA 20
+#ifdef SP_GROUP
+#define SP_WANT(g) (SP_GROUP == (g))
+#else
+#define SP_WANT(g) 1
+#endif
+
 #define SP_MAX_DIMS 8
 typedef unsigned long long u64;
 typedef long long i64;
@@ -158,7 +174,9 @@ template <class D> __device__ __forceinline__ void fill_k(void* out, u64 n, floa
     typename D::T* o = SP_OUT(D, out);
     SP_GRID_LOOP(i, n) { D::st(o, i, v); }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 SP_EXPORT3(sp_fill, fill_k, (void* out, u64 n, float v), (out, n, v))
+#endif
 
 // dtype codes: 0 f32, 1 f16, 2 bf16.
 __device__ __forceinline__ float sp_ld_any(int t, const void* p, u64 i) {
@@ -166,6 +184,7 @@ __device__ __forceinline__ float sp_ld_any(int t, const void* p, u64 i) {
     if (t == 2) return sp_b2f(((const u16*)p)[i]);
     return ((const float*)p)[i];
 }
+#if SP_WANT(SP_GROUP_BASIC)
 extern "C" __global__ void sp_cast(int from, int to, const void* x, void* out, u64 n) {
     SP_GRID_LOOP(i, n) {
         float v = sp_ld_any(from, x, i);
@@ -174,6 +193,7 @@ extern "C" __global__ void sp_cast(int from, int to, const void* x, void* out, u
         else ((float*)out)[i] = v;
     }
 }
+#endif
 
 template <typename T>
 __device__ void sp_copy(const T* src, T* out, u64 n, Dims d) {
@@ -183,9 +203,11 @@ __device__ void sp_copy(const T* src, T* out, u64 n, Dims d) {
         out[i] = src[oa];
     }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 extern "C" __global__ void sp_copy16(const unsigned short* s, unsigned short* o, u64 n, Dims d) { sp_copy(s, o, n, d); }
 extern "C" __global__ void sp_copy32(const unsigned int* s, unsigned int* o, u64 n, Dims d) { sp_copy(s, o, n, d); }
 extern "C" __global__ void sp_copy64(const u64* s, u64* o, u64 n, Dims d) { sp_copy(s, o, n, d); }
+#endif
 
 __device__ __forceinline__ float sp_gelu(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
@@ -210,7 +232,9 @@ template <class D> __device__ __forceinline__ void unary_k(int op, const void* x
     typename D::T* o = SP_OUT(D, out);
     SP_GRID_LOOP(i, n) { D::st(o, i, sp_unop(op, D::ld(xi, i), mul, add)); }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 SP_EXPORT3(sp_unary, unary_k, (int op, const void* x, void* out, u64 n, float mul, float add), (op, x, out, n, mul, add))
+#endif
 
 __device__ __forceinline__ float sp_binop(int op, float a, float b) {
     switch (op) {
@@ -238,8 +262,10 @@ __device__ __forceinline__ void binary_k(int op, const void* av, const void* bv,
         }
     }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 SP_EXPORT3(sp_binary, binary_k, (int op, const void* a, const void* b, void* out, u64 n, int contiguous, Dims d),
            (op, a, b, out, n, contiguous, d))
+#endif
 
 // Block-wide reductions for row kernels (blockDim.x is a multiple of 32, at most 1024).
 __device__ float sp_block_max(float v, float* sh) {
@@ -294,7 +320,9 @@ template <class D> __device__ __forceinline__ void softmax_k(const void* xv, voi
         for (u64 c = threadIdx.x; c < cols; c += blockDim.x) D::st(o, base + c, expf(D::ld(x, base + c) - m) * inv);
     }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 SP_EXPORT3(sp_softmax, softmax_k, (const void* x, void* out, u64 rows, u64 cols), (x, out, rows, cols))
+#endif
 
 // out = layer_norm(x + residual) * gamma + beta, one block per row; `residual` may be null.
 // Each thread keeps its columns' sums in registers when the row fits (cols <= 4 * blockDim),
@@ -370,9 +398,11 @@ __device__ __forceinline__ void layer_norm_k(const void* xv, const void* rv, con
         }
     }
 }
+#if SP_WANT(SP_GROUP_NORM)
 SP_EXPORT3(sp_layer_norm, layer_norm_k,
            (const void* x, const void* residual, const void* gamma, const void* beta, void* out, u64 rows, u64 cols, float eps),
            (x, residual, gamma, beta, out, rows, cols, eps))
+#endif
 
 // GELU's tanh approximation (Activation::GeluTanh; cuBLASLt's GELU epilogue computes it too).
 __device__ __forceinline__ float sp_gelu_tanh(float x) {
@@ -394,8 +424,10 @@ template <class D> __device__ __forceinline__ void bias_act_k(const void* xv, co
         D::st(o, i, sp_act(act, D::ld(x, i) + D::ld(bias, i % cols)));
     }
 }
+#if SP_WANT(SP_GROUP_ACT)
 SP_EXPORT3(sp_bias_act, bias_act_k, (const void* x, const void* bias, void* out, u64 rows, u64 cols, int act),
            (x, bias, out, rows, cols, act))
+#endif
 
 // The vectorized forms of layer_norm_k and bias_act_k, for the shapes of transformer layers
 // (cols a multiple of 4, at most 1024, aligned rows): the launcher picks them when they apply.
@@ -490,9 +522,11 @@ __device__ __forceinline__ void layer_norm_warp_k(const void* xv, const void* rv
                                                   void* out, u64 rows, u64 cols, float eps) {
     layer_norm_rows_k<D, 32, 4, SP_LN_GROUPS>(xv, rv, gv, bv, out, rows, cols, eps);
 }
+#if SP_WANT(SP_GROUP_NORM)
 SP_EXPORT3(sp_layer_norm_warp, layer_norm_warp_k,
            (const void* x, const void* residual, const void* gamma, const void* beta, void* out, u64 rows, u64 cols, float eps),
            (x, residual, gamma, beta, out, rows, cols, eps))
+#endif
 
 // The half types' vec8 form: a half-warp per row, one 16-byte access per lane and step, up to
 // G steps. At MiniLM's 384 columns each lane loads 3 chunks of x and 3 of the residual at once
@@ -506,8 +540,10 @@ SP_EXPORT3(sp_layer_norm_warp, layer_norm_warp_k,
                                                              const void* bt, void* o, u64 rows, u64 cols, float eps) { \
         layer_norm_rows_k<BF16, 16, 8, g>(x, r, gm, bt, o, rows, cols, eps);                                         \
     }
+#if SP_WANT(SP_GROUP_NORM)
 SP_LN_VEC8(4)
 SP_LN_VEC8(8)
+#endif
 
 // bias_act4_k: four consecutive elements per thread (cols a multiple of 4), 32-bit indexing
 // (the launcher checks rows * cols < 2^32): a 64-bit modulo per element cost more than the
@@ -525,8 +561,10 @@ template <class D> __device__ __forceinline__ void bias_act4_k(const void* xv, c
         D::st4(o, (u64)i * 4, v);
     }
 }
+#if SP_WANT(SP_GROUP_ACT)
 SP_EXPORT3(sp_bias_act4, bias_act4_k, (const void* x, const void* bias, void* out, unsigned n4, unsigned cols4, int act),
            (x, bias, out, n4, cols4, act))
+#endif
 
 // bias_act_rows8_k: for rows whose length is a multiple of 8 (cols8 = cols / 8 chunks, at
 // most blockDim.x): thread c of a block owns columns 8c..8c+7 of every row the block visits,
@@ -564,8 +602,10 @@ __device__ __forceinline__ void bias_act_rows8_k(const void* xv, const void* bv,
         D::st8(o, r * cols + c * 8, v);
     }
 }
+#if SP_WANT(SP_GROUP_ACT)
 SP_EXPORT3(sp_bias_act_rows8, bias_act_rows8_k, (const void* x, const void* bias, void* out, unsigned rows, unsigned cols8, int act),
            (x, bias, out, rows, cols8, act))
+#endif
 
 template <class D>
 __device__ __forceinline__ void index_select_k(const void* tv, const i64* ids, void* out, u64 n_ids, u64 row_len, u64 table_rows) {
@@ -577,13 +617,16 @@ __device__ __forceinline__ void index_select_k(const void* tv, const i64* ids, v
         o[i] = (id < 0 || (u64)id >= table_rows) ? (typename D::T)0 : table[(u64)id * row_len + i % row_len];
     }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 SP_EXPORT3(sp_index_select, index_select_k,
            (const void* table, const i64* ids, void* out, u64 n_ids, u64 row_len, u64 table_rows),
            (table, ids, out, n_ids, row_len, table_rows))
+#endif
 // Kernel::IndexSelect in 16-byte chunks (rows a multiple of 16 bytes, table and out 16-byte
 // aligned; any dtype): one chunk per thread instead of one element, and one id load and
 // division per chunk. On the H100 MiniLM's 512 x 128 f16 word embeddings (50 MB out) took
 // 108 us with the element kernel above and 19 us with this one (ncu, clocks locked).
+#if SP_WANT(SP_GROUP_BASIC)
 extern "C" __global__ void sp_index_select16(const uint4* table, const i64* ids, uint4* out, u64 n_ids, u64 chunks,
                                              u64 table_rows) {
     const u64 n = n_ids * chunks;
@@ -593,6 +636,7 @@ extern "C" __global__ void sp_index_select16(const uint4* table, const i64* ids,
         out[i] = (id < 0 || (u64)id >= table_rows) ? make_uint4(0u, 0u, 0u, 0u) : table[(u64)id * chunks + c];
     }
 }
+#endif
 
 // Reduces the middle axis of [outer, axis, inner]; op: 0 sum, 1 mean, 2 max. One thread per output.
 template <class D> __device__ __forceinline__ void reduce_k(int op, const void* xv, void* out, u64 outer, u64 axis, u64 inner) {
@@ -613,8 +657,10 @@ template <class D> __device__ __forceinline__ void reduce_k(int op, const void* 
         }
     }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 SP_EXPORT3(sp_reduce, reduce_k, (int op, const void* x, void* out, u64 outer, u64 axis, u64 inner),
            (op, x, out, outer, axis, inner))
+#endif
 
 // The same for inner == 1 (reducing the last axis): one block per row.
 template <class D> __device__ __forceinline__ void reduce_rows_k(int op, const void* xv, void* out, u64 rows, u64 axis) {
@@ -637,7 +683,9 @@ template <class D> __device__ __forceinline__ void reduce_rows_k(int op, const v
         }
     }
 }
+#if SP_WANT(SP_GROUP_BASIC)
 SP_EXPORT3(sp_reduce_rows, reduce_rows_k, (int op, const void* x, void* out, u64 rows, u64 axis), (op, x, out, rows, axis))
+#endif
 
 // The rows of sequence b: a padded batch is [batch, seq] (rows b * seq.., all seq of them);
 // a packed one (Kernel::Attention's `packed`, `offsets` non-null) takes them from the offsets,
@@ -750,10 +798,18 @@ __device__ __forceinline__ void attention_k(const void* qkvv, const float* mask,
                (const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, int d,   \
                 i64 tokens),                                                                                    \
                (qkv, mask, offsets, out, seq, heads, d, tokens))
+#if SP_WANT(SP_GROUP_ATTENTION + 0)
 SP_ATTN(16, 64)
+#endif
+#if SP_WANT(SP_GROUP_ATTENTION + 1)
 SP_ATTN(32, 64)
+#endif
+#if SP_WANT(SP_GROUP_ATTENTION + 2)
 SP_ATTN(64, 64)
+#endif
+#if SP_WANT(SP_GROUP_ATTENTION + 3)
 SP_ATTN(128, 32)
+#endif
 
 // Tensor-core attention for F16/BF16 with head width HD (16, 32, 64 or 128), on sm_80 and
 // later: the same contract as attention_k, computed with `mma.sync.m16n8k16` (f32
@@ -1048,10 +1104,18 @@ __device__ __forceinline__ void attention_mma_k(const void* qkvv, const float* m
         const void* qkv, const float* mask, const i64* offsets, void* out, int seq, int heads, i64 tokens) {    \
         attention_mma_k<BF16, hd>(qkv, mask, offsets, out, seq, heads, tokens);                                 \
     }
+#if SP_WANT(SP_GROUP_ATTENTION_MMA + 0)
 SP_ATTN_MMA(16, 5)
+#endif
+#if SP_WANT(SP_GROUP_ATTENTION_MMA + 1)
 SP_ATTN_MMA(32, 5)
+#endif
+#if SP_WANT(SP_GROUP_ATTENTION_MMA + 2)
 SP_ATTN_MMA(64, 4)
+#endif
+#if SP_WANT(SP_GROUP_ATTENTION_MMA + 3)
 SP_ATTN_MMA(128, 3)
+#endif
 
 // Kernel::MeanPoolNorm: one block per sentence; thread c sums column c over the real tokens.
 template <class D>
@@ -1080,8 +1144,10 @@ __device__ __forceinline__ void mean_pool_norm_k(const void* xv, const float* ma
         for (u64 c = threadIdx.x; c < dim; c += blockDim.x) out[b * dim + c] *= inv;
     }
 }
+#if SP_WANT(SP_GROUP_POOL)
 SP_EXPORT3(sp_mean_pool_norm, mean_pool_norm_k, (const void* x, const float* mask, float* out, u64 batch, u64 seq, u64 dim),
            (x, mask, out, batch, seq, dim))
+#endif
 
 // Kernel::MeanPoolNorm (padded: `mask` [batch, seq]) and Kernel::MeanPoolNormPacked
 // (`offsets`, rows from sp_seq_rows) for rows of at most SP_POOL_MAX_DIM columns: one block of
@@ -1214,11 +1280,14 @@ __device__ __forceinline__ void pool_rows_k(const void* xv, const float* mask, c
                               u64 dim, i64 tokens) {                                                                 \
         pool_rows_k<D>(x, mask, offsets, out, batch, seq, dim, tokens);                                              \
     }
+#if SP_WANT(SP_GROUP_POOL)
 SP_POOL_ROWS_K(f32, F32)
 SP_POOL_ROWS_K(f16, F16)
 SP_POOL_ROWS_K(bf16, BF16)
+#endif
 
 // Keeps one thread busy for `nanos` of GPU time, so later work on the stream starts no sooner.
+#if SP_WANT(SP_GROUP_BASIC)
 extern "C" __global__ void sp_sleep(u64 nanos) {
     u64 start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -1227,6 +1296,7 @@ extern "C" __global__ void sp_sleep(u64 nanos) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     } while (now - start < nanos);
 }
+#endif
 
 // ---- Ops of the model families past BERT (RMSNorm, rotary positions, gated MLPs) ----
 // Plain kernels, one thread per element or one block per row, as the CPU loops in
@@ -1251,8 +1321,10 @@ __device__ __forceinline__ void rms_norm_k(const void* xv, const void* gv, void*
         for (u64 c = threadIdx.x; c < cols; c += blockDim.x) D::st(o, base + c, D::ld(x, base + c) * inv * D::ld(gamma, c));
     }
 }
+#if SP_WANT(SP_GROUP_NORM)
 SP_EXPORT3(sp_rms_norm, rms_norm_k, (const void* x, const void* gamma, void* out, u64 rows, u64 cols, float eps),
            (x, gamma, out, rows, cols, eps))
+#endif
 
 // Rotary positions, rotate-half form, on [batch, seq, heads, head_dim]; one thread per
 // (row, i < head_dim / 2) pair; cos and sin are f32 [positions, head_dim / 2]. Heads from
@@ -1276,10 +1348,12 @@ __device__ __forceinline__ void rope_k(const void* xv, const float* cs, const fl
         D::st(o, base + j + half, x2 * c + x1 * s);
     }
 }
+#if SP_WANT(SP_GROUP_ACT)
 SP_EXPORT3(sp_rope, rope_k,
            (const void* x, const float* cs, const float* sn, void* out, u64 batch, u64 seq, u64 heads, u64 head_dim,
             u64 rotated),
            (x, cs, sn, out, batch, seq, heads, head_dim, rotated))
+#endif
 
 // act: 0 GELU (erf), 1 GELU (tanh), 2 SiLU (GateActivation's codes in kernels.rs).
 __device__ __forceinline__ float sp_gate_act(int act, float v) {
@@ -1298,4 +1372,6 @@ __device__ __forceinline__ void gated_act_k(const void* xv, void* out, u64 rows,
         D::st(o, i, sp_gate_act(act, D::ld(x, r * 2 * cols + c)) * D::ld(x, r * 2 * cols + cols + c));
     }
 }
+#if SP_WANT(SP_GROUP_ACT)
 SP_EXPORT3(sp_gated_act, gated_act_k, (const void* x, void* out, u64 rows, u64 cols, int act), (x, out, rows, cols, act))
+#endif

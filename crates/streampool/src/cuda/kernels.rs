@@ -1,9 +1,9 @@
 //! The CUDA backend's launcher: the one `match` from [`Kernel`] to NVRTC kernels and cuBLAS.
 //!
-//! The functions it launches are [`Module`]'s: `kernels.cu`, built once per device at the
-//! first launch on any of its streams (or earlier, by `Device::load_kernels`), through the
-//! device's [`KernelCache`](crate::KernelCache): threads racing to the first launch wait for
-//! the single build.
+//! The functions it launches are [`Module`]'s: `kernels.cu` in groups, each built once per
+//! device at the first launch of one of its kernels on any of its streams (or earlier, by
+//! `Device::load_kernels`, which builds them all on several threads); threads racing to a
+//! group's first launch wait for its single build.
 
 use std::ffi::c_void;
 
@@ -165,7 +165,7 @@ impl Launcher<'_> {
                 }
                 let (o, n) = (out.0, len as u64);
                 self.go(
-                    m.fill.get(dtype)?,
+                    m.basic()?.fill.get(dtype)?,
                     grid(len),
                     THREADS,
                     &mut args![o, n, value],
@@ -183,9 +183,14 @@ impl Launcher<'_> {
                 }
                 let (cf, ct) = (dtype_code(from)?, dtype_code(to)?);
                 let (px, po, n) = (x.0, out.0, len as u64);
-                self.go(&m.cast, grid(len), THREADS, &mut args![cf, ct, px, po, n])
+                self.go(
+                    &m.basic()?.cast,
+                    grid(len),
+                    THREADS,
+                    &mut args![cf, ct, px, po, n],
+                )
             }
-            Kernel::Sleep { nanos } => self.go(&m.sleep, 1, 1, &mut args![nanos]),
+            Kernel::Sleep { nanos } => self.go(&m.basic()?.sleep, 1, 1, &mut args![nanos]),
             Kernel::Copy {
                 src,
                 shape,
@@ -197,9 +202,9 @@ impl Launcher<'_> {
                     return Ok(());
                 }
                 let f = match elem_size {
-                    2 => &m.copy[0],
-                    4 => &m.copy[1],
-                    8 => &m.copy[2],
+                    2 => &m.basic()?.copy[0],
+                    4 => &m.basic()?.copy[1],
+                    8 => &m.basic()?.copy[2],
                     other => {
                         return Err(Error::InvalidArgument(format!(
                             "copy kernel: unsupported element size {other}"
@@ -312,7 +317,7 @@ impl Launcher<'_> {
                 };
                 let (px, po, n) = (x.0, out.0, len as u64);
                 self.go(
-                    m.unary.get(dtype)?,
+                    m.basic()?.unary.get(dtype)?,
                     grid(len),
                     THREADS,
                     &mut args![code, px, po, n, mul, add],
@@ -343,7 +348,7 @@ impl Launcher<'_> {
                 let contiguous: i32 = dense as i32;
                 let (pa, pb, po, n64) = (a.ptr.0, b.ptr.0, out.0, n as u64);
                 self.go(
-                    m.binary.get(dtype)?,
+                    m.basic()?.binary.get(dtype)?,
                     grid(n),
                     THREADS,
                     &mut args![code, pa, pb, po, n64, contiguous, d],
@@ -360,7 +365,12 @@ impl Launcher<'_> {
                     return Ok(());
                 }
                 let (px, po, r, c) = (x.0, out.0, rows as u64, cols as u64);
-                self.go_rows(m.softmax.get(dtype)?, rows, cols, &mut args![px, po, r, c])
+                self.go_rows(
+                    m.basic()?.softmax.get(dtype)?,
+                    rows,
+                    cols,
+                    &mut args![px, po, r, c],
+                )
             }
             Kernel::LayerNorm {
                 x,
@@ -392,7 +402,7 @@ impl Launcher<'_> {
                 ) {
                     let g = usize::from(cols > 16 * 8 * 4);
                     return self.go(
-                        &m.layer_norm_vec8[g][t],
+                        &m.norm()?.layer_norm_vec8[g][t],
                         rows.div_ceil(2 * LN_ROWS_PER_BLOCK).min(MAX_BLOCKS) as u32,
                         32 * LN_ROWS_PER_BLOCK as u32,
                         &mut args![px, pr, pg, pb, po, r, c, eps],
@@ -400,14 +410,14 @@ impl Launcher<'_> {
                 }
                 if cols % 4 == 0 && cols <= 4 * 32 * LN_GROUPS && aligned16(&[px, pr, pg, pb, po]) {
                     return self.go(
-                        m.layer_norm_warp.get(dtype)?,
+                        m.norm()?.layer_norm_warp.get(dtype)?,
                         rows.div_ceil(LN_ROWS_PER_BLOCK).min(MAX_BLOCKS) as u32,
                         32 * LN_ROWS_PER_BLOCK as u32,
                         &mut args![px, pr, pg, pb, po, r, c, eps],
                     );
                 }
                 self.go_rows(
-                    m.layer_norm.get(dtype)?,
+                    m.norm()?.layer_norm.get(dtype)?,
                     rows,
                     cols,
                     &mut args![px, pr, pg, pb, po, r, c, eps],
@@ -443,7 +453,7 @@ impl Launcher<'_> {
                 ) {
                     let c8 = (cols / 8) as u32;
                     return self.go(
-                        m.bias_act_rows8.get(dtype)?,
+                        m.act()?.bias_act_rows8.get(dtype)?,
                         rows.div_ceil(2).min(MAX_BLOCKS) as u32,
                         c8.div_ceil(32) * 32,
                         &mut args![px, pb, po, rows32, c8, code],
@@ -456,14 +466,14 @@ impl Launcher<'_> {
                     aligned16(&[px, pb, po]),
                 ) {
                     return self.go(
-                        m.bias_act4.get(dtype)?,
+                        m.act()?.bias_act4.get(dtype)?,
                         grid(n / 4),
                         THREADS,
                         &mut args![px, pb, po, n4, c4, code],
                     );
                 }
                 self.go(
-                    m.bias_act.get(dtype)?,
+                    m.act()?.bias_act.get(dtype)?,
                     grid(n),
                     THREADS,
                     &mut args![px, pb, po, r, c, code],
@@ -490,14 +500,14 @@ impl Launcher<'_> {
                 if row_bytes % 16 == 0 && aligned16(&[pt, po]) {
                     let chunks = (row_bytes / 16) as u64;
                     return self.go(
-                        &m.index_select16,
+                        &m.basic()?.index_select16,
                         grid(n_ids * chunks as usize),
                         THREADS,
                         &mut args![pt, pi, po, ni, chunks, tr],
                     );
                 }
                 self.go(
-                    m.index_select.get(dtype)?,
+                    m.basic()?.index_select.get(dtype)?,
                     grid(n),
                     THREADS,
                     &mut args![pt, pi, po, ni, rl, tr],
@@ -526,7 +536,7 @@ impl Launcher<'_> {
                     // Reducing the last axis: a block per row keeps the reads coalesced.
                     let (r, a) = (outer as u64, axis as u64);
                     self.go_rows(
-                        m.reduce_rows.get(dtype)?,
+                        m.basic()?.reduce_rows.get(dtype)?,
                         outer,
                         axis,
                         &mut args![code, px, po, r, a],
@@ -534,7 +544,7 @@ impl Launcher<'_> {
                 } else {
                     let (o, a, i) = (outer as u64, axis as u64, inner as u64);
                     self.go(
-                        m.reduce.get(dtype)?,
+                        m.basic()?.reduce.get(dtype)?,
                         grid(n),
                         THREADS,
                         &mut args![code, px, po, o, a, i],
@@ -590,7 +600,7 @@ impl Launcher<'_> {
                     let warps = seq.div_ceil(16).min(MMA_WARPS);
                     let gx = seq.div_ceil(16 * warps) as u32;
                     return self.go3(
-                        &m.attention_mma[slot][t],
+                        &m.attention_mma(slot)?[t],
                         (gx, gy, gz),
                         32 * warps as u32,
                         &mut args![pq, pm, poff, po, s, h, tokens],
@@ -598,7 +608,7 @@ impl Launcher<'_> {
                 }
                 let gx = seq.div_ceil(ATTENTION_QUERIES as usize) as u32;
                 self.go3(
-                    m.attention[slot].get(dtype)?,
+                    m.attention(slot)?.get(dtype)?,
                     (gx, gy, gz),
                     ATTENTION_QUERIES,
                     &mut args![pq, pm, poff, po, s, h, d, tokens],
@@ -621,7 +631,7 @@ impl Launcher<'_> {
                     // Rows spread over a block's warps (sp_pool_rows).
                     let (b, d, none, tokens) = (batch as u64, dim as u64, 0u64, 0i64);
                     return self.go(
-                        m.pool_rows.get(dtype)?,
+                        m.pool()?.pool_rows.get(dtype)?,
                         batch.min(MAX_BLOCKS) as u32,
                         32 * POOL_WARPS,
                         &mut args![px, pm, none, po, b, s32, d, tokens],
@@ -629,7 +639,7 @@ impl Launcher<'_> {
                 }
                 let (b, s, d) = (batch as u64, seq as u64, dim as u64);
                 self.go_rows(
-                    m.mean_pool_norm.get(dtype)?,
+                    m.pool()?.mean_pool_norm.get(dtype)?,
                     batch,
                     dim,
                     &mut args![px, pm, po, b, s, d],
@@ -649,7 +659,7 @@ impl Launcher<'_> {
                 }
                 let (px, pg, po, r, c) = (x.0, gamma.0, out.0, rows as u64, cols as u64);
                 self.go_rows(
-                    m.rms_norm.get(dtype)?,
+                    m.norm()?.rms_norm.get(dtype)?,
                     rows,
                     cols,
                     &mut args![px, pg, po, r, c, eps],
@@ -675,7 +685,7 @@ impl Launcher<'_> {
                 let (b, s, h, d) = (batch as u64, seq as u64, heads as u64, head_dim as u64);
                 let r = rotated as u64;
                 self.go(
-                    m.rope.get(dtype)?,
+                    m.act()?.rope.get(dtype)?,
                     grid(n),
                     THREADS,
                     &mut args![px, pc, ps, po, b, s, h, d, r],
@@ -699,7 +709,7 @@ impl Launcher<'_> {
                 };
                 let (px, po, r, c) = (x.0, out.0, rows as u64, cols as u64);
                 self.go(
-                    m.gated_act.get(dtype)?,
+                    m.act()?.gated_act.get(dtype)?,
                     grid(rows * cols),
                     THREADS,
                     &mut args![px, po, r, c, code],
@@ -726,7 +736,7 @@ impl Launcher<'_> {
                 // Every sequence fits `tokens` rows; no cut.
                 let s32 = i32::try_from(seqs.tokens).unwrap_or(i32::MAX);
                 self.go(
-                    m.pool_rows.get(dtype)?,
+                    m.pool()?.pool_rows.get(dtype)?,
                     batch.min(MAX_BLOCKS) as u32,
                     32 * POOL_WARPS,
                     &mut args![px, none, poff, po, b, s32, d, tokens],

@@ -8,8 +8,9 @@
 //! | event     | a `CUevent` recycled by its stream, untimed unless asked ([`event`])      |
 //! | copies    | small ones staged through pinned buffers and an upload ring ([`staging`]) |
 //! | memory    | plain `cuMemAlloc` / `cuMemFree` under the caching allocator               |
-//! | kernels   | `kernels.cu`, compiled by NVRTC once per device ([`module`], [`nvrtc`])   |
-//! |           | to a cubin kept on disk for the next process ([`DiskCache`])             |
+//! | kernels   | `kernels.cu` in groups: cubins embedded at build time for sm_80/sm_90,    |
+//! |           | else compiled by NVRTC per group on first use ([`module`], [`nvrtc`])     |
+//! |           | to a cubin kept on disk for the next process ([`crate::DiskCache`])      |
 //! | matmul    | cuBLAS, one handle and workspace per stream ([`blas`])                    |
 //!
 //! Memory is raw device pointers managed by our caching allocator, so cudarc's per-slice event
@@ -28,6 +29,7 @@
 pub(crate) mod blas;
 pub(crate) mod blas_lt;
 pub(crate) mod event;
+pub(crate) mod kernel_groups;
 pub(crate) mod kernels;
 pub(crate) mod module;
 pub(crate) mod nvrtc;
@@ -45,9 +47,7 @@ use cudarc::driver::{result, CudaContext};
 use crate::backend::{BackendDevice, BackendMemory, BackendStream, DevicePtr};
 use crate::phases::timed;
 use crate::sync::{Arc, Mutex};
-use crate::{
-    Device, DeviceConfig, DeviceKind, DiskCache, Error, KernelCache, KernelCacheDir, Result,
-};
+use crate::{Device, DeviceConfig, DeviceKind, Error, Result};
 
 /// What a CUDA device shares with its streams.
 pub(crate) struct Shared {
@@ -61,20 +61,15 @@ pub(crate) struct Shared {
     pub(crate) stage_uploads: bool,
     /// How the host waits for events (`STREAMPOOL_CUDA_WAIT`).
     pub(crate) wait: event::WaitPolicy,
-    /// NVRTC modules, built once per device and shared by every stream and thread.
-    pub(crate) kernels: KernelCache<&'static str, module::Module>,
-    /// Where compiled kernels are kept between processes (`None`: off), from
-    /// [`DeviceConfig::kernel_cache`] at open.
-    pub(crate) kernel_disk: Option<DiskCache>,
+    /// `kernels.cu`'s groups, each built on its first launch and shared by every stream
+    /// and thread.
+    pub(crate) kernels: Arc<module::Module>,
 }
 
 impl Shared {
-    /// `kernels.cu`'s module, built by the first caller (see [`module::Module::build`]);
-    /// concurrent callers wait for that build.
+    /// `kernels.cu`'s modules (see [`module::Module`]).
     pub(crate) fn module(&self) -> Result<Arc<module::Module>> {
-        self.kernels.get_or_build("kernels.cu", || {
-            module::Module::build(&self.ctx, &self.name, self.kernel_disk.as_ref())
-        })
+        Ok(self.kernels.clone())
     }
 }
 
@@ -118,10 +113,12 @@ pub(crate) fn bind(ctx: &CudaContext) -> std::result::Result<(), DriverError> {
 
 impl CudaDevice {
     /// Opens GPU `ordinal`, or says why it cannot (never panics when CUDA is absent).
-    fn open(ordinal: usize, kernel_cache: &KernelCacheDir) -> Result<Self> {
+    fn open(ordinal: usize, config: &DeviceConfig) -> Result<Self> {
         let unavailable = |what: &str| Error::Unavailable(format!("cuda:{ordinal}: {what}"));
         // Timed (`crate::phases`): loading libcublas (and the libcublasLt it pulls in, some
         // hundreds of MB) can be a visible part of a cold start.
+        // NVRTC is not among them: a GPU with embedded kernels never needs it, and the
+        // first group it must compile says so if it is missing (`nvrtc::load_group`).
         // SAFETY: only tries to load the shared libraries; nothing is called through them.
         let libs = timed("CUDA libraries loaded", || unsafe {
             [
@@ -129,7 +126,6 @@ impl CudaDevice {
                     "libcuda (the NVIDIA driver)",
                     cudarc::driver::sys::is_culib_present(),
                 ),
-                ("libnvrtc", cudarc::nvrtc::sys::is_culib_present()),
                 ("libcublas", cudarc::cublas::sys::is_culib_present()),
             ]
         });
@@ -148,6 +144,35 @@ impl CudaDevice {
         unsafe { ctx.disable_event_tracking() };
         let gpu = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let name = format!("cuda:{ordinal} ({gpu})");
+        let kernel_disk = config.kernel_cache.resolve();
+        let sources = nvrtc::ImageSources {
+            embedded: config.embedded_kernels,
+        };
+        let cc = ctx.compute_capability().ok();
+        tracing::info!(
+            device = %name,
+            embedded = ?nvrtc::embedded_nvrtc().filter(|_| config.embedded_kernels)
+                .and(nvrtc::embedded_arch(cc)),
+            "kernels: embedded cubins for this GPU (sm_XY), else NVRTC per group on first use"
+        );
+        let kernels = Arc::new(module::Module::new(
+            &ctx,
+            &name,
+            kernel_disk.as_ref(),
+            sources,
+        ));
+        let tuning = match (&kernel_disk, config.tuning_cache, cc) {
+            (Some(disk), true, Some(cc)) => Some(crate::TuningCache::new(
+                crate::TuningCache::dir_beside(disk.dir()),
+                crate::TuningScope {
+                    gpu: gpu.clone(),
+                    compute_capability: cc,
+                    library: blas_lt::library_version(),
+                },
+            )),
+            _ => None,
+        };
+        blas_lt::set_tuning_cache(&name, tuning);
         Ok(Self {
             shared: Arc::new(Shared {
                 staging: std::env::var("STREAMPOOL_CUDA_STAGING").map_or(true, |v| v != "0"),
@@ -156,8 +181,7 @@ impl CudaDevice {
                 wait: event::WaitPolicy::from_env(),
                 ctx,
                 name,
-                kernels: KernelCache::new(),
-                kernel_disk: kernel_cache.resolve(),
+                kernels,
             }),
         })
     }
@@ -171,8 +195,9 @@ impl BackendMemory for CudaDevice {
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
         self.bind()?;
         // SAFETY: a plain device allocation (never managed memory) in the bound context.
-        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
-            match driver_err(&self.shared.name, e) {
+        // Timed (`crate::phases`): new sizes on a new shape's first call reach the driver.
+        let ptr = crate::phases::timed("cuMemAlloc", || unsafe { result::malloc_sync(bytes) })
+            .map_err(|e| match driver_err(&self.shared.name, e) {
                 Error::OutOfMemory { device, .. } => Error::OutOfMemory {
                     device,
                     requested: bytes,
@@ -181,8 +206,7 @@ impl BackendMemory for CudaDevice {
                     limit: None,
                 },
                 other => other,
-            }
-        })?;
+            })?;
         Ok(DevicePtr(ptr))
     }
 
@@ -223,7 +247,9 @@ impl BackendDevice for CudaDevice {
     }
 
     fn load_kernels(&self) -> Result<()> {
-        self.shared.module().map(drop)
+        // One thread per group at most: NVRTC compiles a program on one core.
+        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+        self.shared.kernels.load_all(threads)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -275,7 +301,7 @@ impl Device {
     /// A new, separate device on CUDA GPU `ordinal` with its own streams, allocator and
     /// kernel cache (e.g. with a memory limit). It shares the GPU's primary context.
     pub fn cuda_with(ordinal: usize, config: DeviceConfig) -> Result<Device> {
-        let backend = CudaDevice::open(ordinal, &config.kernel_cache)?;
+        let backend = CudaDevice::open(ordinal, &config)?;
         Device::with_backend(
             Device::next_id(),
             DeviceKind::Cuda(ordinal),

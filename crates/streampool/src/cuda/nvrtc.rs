@@ -1,19 +1,27 @@
-//! Making the module image of `kernels.cu`: NVRTC, and the on-disk cache that lets a later
-//! process skip it.
+//! Making the module image of one group of `kernels.cu` (`kernel_groups.rs`): the cubins
+//! embedded at build time, the on-disk cache, or NVRTC.
 //!
-//! **Cubin first.** NVRTC compiles for the GPU's own architecture (`sm_90` on an H100) and
-//! hands back a cubin (`nvrtcGetCUBIN`): the driver loads its machine code as is. PTX (the
-//! fallback, for an architecture this NVRTC cannot target, or with
+//! **Embedded first.** `build.rs` compiles every group for the architectures of
+//! `EMBEDDED_ARCHS` (sm_80, sm_90) when the build finds NVRTC, and the library carries the
+//! cubins: on those GPUs a new machine loads machine code and runs no compiler. A GPU of
+//! compute capability 8.x runs the sm_80 cubin (cubins run on later minor versions of their
+//! major architecture); 9.0 runs sm_90. An embedded cubin that the driver refuses (a driver
+//! older than the NVRTC that built it, say) falls through to the paths below.
+//!
+//! **Cubin next.** Elsewhere NVRTC compiles for the GPU's own architecture (`sm_89` on an
+//! L4) and hands back a cubin (`nvrtcGetCUBIN`): the driver loads its machine code as is.
+//! PTX (the fallback, for an architecture this NVRTC cannot target, or with
 //! `STREAMPOOL_CUDA_KERNELS=ptx`) is compiled again by the driver's JIT at module load, a
 //! second compile on every start (the driver's own JIT cache, `~/.nv/ComputeCache`, helps
 //! only where it is kept). A cubin also loads on a driver older than NVRTC, where newer
-//! PTX would be refused.
+//! PTX would be refused. Each group is compiled alone (`-DSP_GROUP=n`), on its first launch
+//! or on one of [`super::module::Module::load_all`]'s threads.
 //!
-//! **Disk cache.** The image is stored in a [`DiskCache`] under a key made of everything it
-//! depends on: the source, the NVRTC options, NVRTC's version, the GPU's compute capability
-//! and the output kind. A changed kernel, compiler or GPU is another key, so an entry is
-//! never stale; an entry that fails to load is compiled again and replaced. A cache that
-//! cannot be written is logged and costs only the compile.
+//! **Disk cache.** A compiled image is stored in a [`DiskCache`] under a key made of
+//! everything it depends on: the source, the NVRTC options (the group among them), NVRTC's
+//! version, the GPU's compute capability and the output kind. A changed kernel, compiler or
+//! GPU is another key, so an entry is never stale; an entry that fails to load is compiled
+//! again and replaced. A cache that cannot be written is logged and costs only the compile.
 
 use std::ffi::{c_char, CString};
 
@@ -25,6 +33,49 @@ use crate::disk_cache::DiskCache;
 use crate::phases::timed;
 use crate::sync::Arc;
 use crate::{Error, Result};
+
+/// A cubin compiled at build time (`build.rs`): one group of `kernels.cu` for `sm_{arch}`.
+pub(crate) struct EmbeddedImage {
+    pub(crate) arch: u32,
+    pub(crate) group: u32,
+    pub(crate) image: &'static [u8],
+}
+
+include!(concat!(env!("OUT_DIR"), "/embedded_kernels.rs"));
+
+/// Where a group's image may come from (besides NVRTC, always the last resort).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ImageSources {
+    /// The cubins embedded at build time, where the GPU runs one
+    /// ([`DeviceConfig::embedded_kernels`](crate::DeviceConfig::embedded_kernels)).
+    pub(crate) embedded: bool,
+}
+
+/// The embedded architecture whose cubins a GPU of compute capability `cc` runs: its own
+/// (`9.0` runs sm_90) or, within compute capability 8, sm_80 (cubins run on later minor
+/// versions of their major architecture, not on other majors).
+pub(crate) fn embedded_arch(cc: Option<(i32, i32)>) -> Option<u32> {
+    let (major, minor) = cc?;
+    let (major, minor) = (u32::try_from(major).ok()?, u32::try_from(minor).ok()?);
+    let own = major * 10 + minor;
+    super::kernel_groups::EMBEDDED_ARCHS
+        .iter()
+        .copied()
+        .filter(|&a| a / 10 == major && a <= own)
+        .max()
+}
+
+/// The embedded cubin of group `group` for a GPU of compute capability `cc`, if the build
+/// embedded one.
+fn embedded(group: u32, cc: Option<(i32, i32)>) -> Option<&'static EmbeddedImage> {
+    let arch = embedded_arch(cc)?;
+    EMBEDDED.iter().find(|e| e.arch == arch && e.group == group)
+}
+
+/// Whether this build carries embedded kernels (for the start-up log).
+pub(crate) fn embedded_nvrtc() -> Option<&'static str> {
+    (!EMBEDDED.is_empty()).then_some(EMBEDDED_NVRTC)
+}
 
 /// Environment variable forcing PTX output (`ptx`), e.g. to compare with the cubin path.
 pub(crate) const OUTPUT_ENV: &str = "STREAMPOOL_CUDA_KERNELS";
@@ -96,23 +147,76 @@ fn cache_key(
     key
 }
 
+/// Group `(group name, SP_GROUP value)` of `kernels.cu` loaded into `ctx` as a module: the
+/// embedded cubin where `sources` allows and the build has one for this GPU, else from
+/// `disk` when it holds this build, else compiled (and stored there).
+pub(crate) fn load_group(
+    ctx: &Arc<CudaContext>,
+    device: &str,
+    (group, id): (&str, u32),
+    cc: Option<(i32, i32)>,
+    disk: Option<&DiskCache>,
+    sources: ImageSources,
+) -> Result<Arc<CudaModule>> {
+    let force_ptx = std::env::var(OUTPUT_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("ptx"));
+    if let (true, false, Some(e)) = (sources.embedded, force_ptx, embedded(id, cc)) {
+        match timed("kernels loaded", || {
+            module(ctx, Output::Cubin, e.image.to_vec())
+        }) {
+            Ok(m) => {
+                tracing::debug!(device, group, arch = e.arch, "embedded kernels loaded");
+                return Ok(m);
+            }
+            Err(err) => tracing::warn!(
+                device,
+                group,
+                error = ?err,
+                nvrtc = EMBEDDED_NVRTC,
+                "the embedded kernels did not load; building them with NVRTC"
+            ),
+        }
+    }
+    let options = [format!("-DSP_GROUP={id}")];
+    load(
+        ctx,
+        device,
+        "streampool_kernels.cu",
+        super::module::SOURCE,
+        &options,
+        cc,
+        disk,
+        force_ptx,
+    )
+}
+
 /// `src` loaded into `ctx` as a module: from `disk` when it holds this build, else compiled
-/// (and stored there).
-pub(crate) fn load(
+/// with `options` added to each target's (and stored there).
+#[allow(clippy::too_many_arguments)]
+fn load(
     ctx: &Arc<CudaContext>,
     device: &str,
     name: &str,
     src: &str,
+    options: &[String],
     cc: Option<(i32, i32)>,
     disk: Option<&DiskCache>,
+    force_ptx: bool,
 ) -> Result<Arc<CudaModule>> {
     let backend_err = |msg: String| Error::Backend {
         device: device.to_string(),
         msg,
     };
+    // SAFETY: only tries to load the library; nothing is called through it.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::Unavailable(format!(
+            "{device}: libnvrtc not found, and this GPU has no kernels embedded in the build"
+        )));
+    }
     let nvrtc = version().map_err(|e| backend_err(format!("nvrtcVersion failed: {e:?}")))?;
-    let force_ptx = std::env::var(OUTPUT_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("ptx"));
-    let targets = targets(cc, force_ptx);
+    let mut targets = targets(cc, force_ptx);
+    for t in &mut targets {
+        t.options.extend_from_slice(options);
+    }
     let last = targets.len() - 1;
     for (i, target) in targets.iter().enumerate() {
         let key = cache_key(name, src, target, nvrtc, cc);
@@ -297,6 +401,59 @@ mod tests {
         // An unknown GPU: NVRTC's default virtual architecture.
         let unknown = targets(None, false);
         assert_eq!((unknown.len(), unknown[0].options.len()), (1, 0));
+    }
+
+    #[test]
+    fn embedded_cubins_serve_their_own_major_architecture_only() {
+        assert_eq!(embedded_arch(Some((9, 0))), Some(90));
+        assert_eq!(embedded_arch(Some((8, 0))), Some(80));
+        // sm_80 machine code runs on later 8.x GPUs (A10, L4), not on other majors.
+        assert_eq!(embedded_arch(Some((8, 6))), Some(80));
+        assert_eq!(embedded_arch(Some((8, 9))), Some(80));
+        assert_eq!(embedded_arch(Some((7, 5))), None);
+        assert_eq!(embedded_arch(Some((10, 0))), None);
+        assert_eq!(embedded_arch(Some((12, 0))), None);
+        assert_eq!(embedded_arch(None), None);
+    }
+
+    #[test]
+    fn the_groups_table_matches_kernels_cu() {
+        use super::super::kernel_groups::KERNEL_GROUPS;
+        let src = super::super::module::SOURCE;
+        // `#define SP_GROUP_NAME value`, then `SP_WANT(SP_GROUP_NAME)` or `+ k`.
+        let define = |name: &str| -> u32 {
+            let line = src
+                .lines()
+                .find(|l| l.starts_with(&format!("#define SP_GROUP_{name} ")))
+                .unwrap_or_else(|| panic!("SP_GROUP_{name} not defined"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let mut used = Vec::new();
+        for line in src
+            .lines()
+            .filter(|l| l.starts_with("#if SP_WANT(SP_GROUP_"))
+        {
+            let expr = &line["#if SP_WANT(SP_GROUP_".len()..line.len() - 1];
+            let id = match expr.split_once(" + ") {
+                Some((name, k)) => define(name) + k.parse::<u32>().unwrap(),
+                None => define(expr),
+            };
+            used.push(id);
+        }
+        for (name, id) in KERNEL_GROUPS {
+            assert!(used.contains(&id), "group {name} ({id}) has no kernels");
+        }
+        for id in used {
+            assert!(
+                KERNEL_GROUPS.iter().any(|g| g.1 == id),
+                "kernels.cu group {id} is not in KERNEL_GROUPS"
+            );
+        }
+        // Group ids are distinct.
+        let mut ids: Vec<u32> = KERNEL_GROUPS.iter().map(|g| g.1).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), KERNEL_GROUPS.len());
     }
 
     #[test]

@@ -289,7 +289,9 @@ impl BackendStream for CudaStream {
         let graph = ended.map_err(|e| driver_err(self.device(), e))?;
         // SAFETY: `graph` is the valid graph just captured; it is destroyed once instantiated
         // (the executable graph does not refer to it).
-        let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) };
+        let exec = crate::phases::timed("graph instantiate", || unsafe {
+            result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
+        });
         // SAFETY: see above.
         let _ = unsafe { result::graph::destroy(graph) };
         let exec = exec.map_err(|e| driver_err(self.device(), e))?;

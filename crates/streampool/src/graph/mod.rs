@@ -224,7 +224,11 @@ impl GraphCache {
                     device: device.id(),
                     sizes: Vec::new(),
                 };
-                let (out, hook) = with_hook(hook, || f(&owned));
+                // Timed (`crate::phases`): a shape's first call, eager (plans, tuning and new
+                // allocations happen here).
+                let (out, hook) = crate::phases::timed("graph: first call (eager)", || {
+                    with_hook(hook, || f(&owned))
+                });
                 let out = out?;
                 if let Hook::Trace { sizes, .. } = hook {
                     let out_bytes = Vec::new();
@@ -232,8 +236,9 @@ impl GraphCache {
                 }
                 Ok(out)
             }
-            Action::Capture(trace) => match Graph::capture(&stream, &trace.sizes, inputs, None, &f)
-            {
+            Action::Capture(trace) => match crate::phases::timed("graph capture", || {
+                Graph::capture(&stream, &trace.sizes, inputs, None, &f)
+            }) {
                 Ok(g) => {
                     let g = Arc::new(g);
                     self.insert(key, Slot::Ready(g.clone()));
