@@ -184,8 +184,11 @@ pub(super) unsafe fn quantize_a(
     let ld = k.div_ceil(KSTEP) * KSTEP;
     let groups = k.div_ceil(GROUP);
     let rows = batch * m;
-    let mut q = vec![A_ZERO as u8; rows * ld];
-    let mut scales = vec![0.0f32; rows * groups];
+    // Written row by row by the pool's tasks (each row's first touch, page faults included,
+    // in parallel: filling the buffers here first was a serial pass over them per product,
+    // which a 16-core host felt).
+    let mut q: Vec<u8> = Vec::with_capacity(rows * ld);
+    let mut scales: Vec<f32> = Vec::with_capacity(rows * groups);
     let (qd, sd) = (
         DevicePtr(q.as_mut_ptr() as u64),
         DevicePtr(scales.as_mut_ptr() as u64),
@@ -195,9 +198,16 @@ pub(super) unsafe fn quantize_a(
         for row in r {
             let (bi, i) = (row / m, row % m);
             let src = (a.ptr.0 as *const f32).add(bi * a.batch_stride + i * a.rs);
-            // SAFETY: row `row` of the buffers is this task's own; a's row is in bounds.
-            let out = std::slice::from_raw_parts_mut((qd.0 as *mut u8).add(row * ld), k);
-            let sc = std::slice::from_raw_parts_mut((sd.0 as *mut f32).add(row * groups), groups);
+            // SAFETY: row `row` of the buffers (within their capacity) is this task's own,
+            // initialized here before any reference to it is made; a's row is in bounds.
+            let (qrow, srow) = (
+                (qd.0 as *mut u8).add(row * ld),
+                (sd.0 as *mut f32).add(row * groups),
+            );
+            std::ptr::write_bytes(qrow, A_ZERO as u8, ld);
+            std::ptr::write_bytes(srow, 0, groups);
+            let out = std::slice::from_raw_parts_mut(qrow, k);
+            let sc = std::slice::from_raw_parts_mut(srow, groups);
             let mut finite = true;
             for (g, scale) in sc.iter_mut().enumerate() {
                 let p = g * GROUP;
@@ -216,6 +226,11 @@ pub(super) unsafe fn quantize_a(
             }
         }
     });
+    // SAFETY: the tasks above initialized every row of both (the pool runs every item).
+    unsafe {
+        q.set_len(rows * ld);
+        scales.set_len(rows * groups);
+    }
     QuantizedA {
         q,
         scales,
