@@ -44,8 +44,8 @@
 //! | path | hardware | register tile | per step of 4 `k` |
 //! |---|---|---|---|
 //! | [`QgemmIsa::Avx512Vnni`] | AVX-512 BW + VNNI | 12 rows x 16 columns (12 `zmm` `i32`) | one `vpdpbusd` per row |
-//! | [`QgemmIsa::AvxVnni`] | AVX2 + AVX-VNNI | 6 rows x 16 columns (12 `ymm` `i32`) | two `vpdpbusd` per row |
-//! | [`QgemmIsa::Avx2`] | AVX2 | 6 rows x 16 columns (12 `ymm` `i32`) | two `vpmaddubsw` + `vpmaddwd` + `vpaddd` per row |
+//! | [`QgemmIsa::AvxVnni`] | AVX2 + AVX-VNNI | 3 rows x 16 columns (6 `ymm` `i32`, 6 `f32` sums) | two `vpdpbusd` per row |
+//! | [`QgemmIsa::Avx2`] | AVX2 | 3 rows x 16 columns (6 `ymm` `i32`, 6 `f32` sums) | two `vpmaddubsw` + `vpmaddwd` + `vpaddd` per row |
 //! | [`QgemmIsa::Scalar`] | any | one row at a time | portable loops |
 //!
 //! The weight is packed into panels of 16 columns, each step holding four consecutive `k`
@@ -109,9 +109,9 @@ const NR: usize = 16;
 pub(crate) enum QgemmIsa {
     /// 12 x 16 tiles of `vpdpbusd` in AVX-512 registers.
     Avx512Vnni,
-    /// 6 x 16 tiles of 256-bit `vpdpbusd` (AVX-VNNI).
+    /// 3 x 16 tiles of 256-bit `vpdpbusd` (AVX-VNNI).
     AvxVnni,
-    /// 6 x 16 tiles of `vpmaddubsw` in AVX2 registers.
+    /// 3 x 16 tiles of `vpmaddubsw` in AVX2 registers.
     Avx2,
     /// Portable loops (any host).
     Scalar,
