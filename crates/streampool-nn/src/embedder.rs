@@ -7,7 +7,7 @@ use std::path::Path;
 use streampool::phases::timed;
 use streampool::{Device, Tensor};
 
-use crate::accuracy::{self, AccuracyReport, LoadOptions, QuantizationGate};
+use crate::accuracy::{self, AccuracyReport, GateSource, GateStore, LoadOptions, QuantizationGate};
 use crate::bert::packed_len_bound;
 use crate::pooling::{read_json, Pooling, PoolingMode};
 use crate::{
@@ -45,8 +45,9 @@ pub struct SentenceEmbedder {
     packing: bool,
     /// How batch shapes are rounded; see [`SentenceEmbedder::with_shape_buckets`].
     buckets: ShapeBuckets,
-    /// What the accuracy gate measured when the model was loaded in a quantized dtype.
-    accuracy: Option<AccuracyReport>,
+    /// What the accuracy gate measured when the model was loaded in a quantized dtype, and
+    /// whether this load measured it or read it from the gate's cache.
+    accuracy: Option<(AccuracyReport, GateSource)>,
 }
 
 /// The default [`SentenceEmbedder::with_chunk_size`]: a batch of up to 256 texts runs as one
@@ -86,8 +87,11 @@ impl SentenceEmbedder {
     /// [`QuantizationGate::Enforce`] (the default) the model is loaded in f32 too, both embed
     /// the gate corpus ([`crate::accuracy`]), and a model that misses `thresholds` is refused
     /// with [`Error::AccuracyGate`] (what was measured is then in the error, else in
-    /// [`Self::accuracy_report`]). The gate costs two passes over 2,000 sentences at load
-    /// (about 40,000 tokens); [`QuantizationGate::Force`] skips it.
+    /// [`Self::accuracy_report`]). The gate costs two passes over 2,000 sentences (about
+    /// 40,000 tokens) the first time a machine loads a model in a dtype; the report is kept
+    /// in [`LoadOptions::gate_cache`], keyed by the model's files and the dtype's arithmetic,
+    /// and later loads apply their thresholds to it without measuring (a hash of the files,
+    /// tens of milliseconds). [`QuantizationGate::Force`] skips the gate.
     ///
     /// ```
     /// use streampool::Device;
@@ -114,23 +118,42 @@ impl SentenceEmbedder {
         if !dtype.is_quantized() || options.gate == QuantizationGate::Force {
             return Self::load_model(device, dir.as_ref(), dtype);
         }
-        let reference = Self::load_model(device, dir.as_ref(), ComputeDType::F32)?;
+        let dir = dir.as_ref();
+        let store = GateStore::open(&options.gate_cache, dir, dtype)?;
+        if let Some(report) = store.as_ref().and_then(GateStore::get) {
+            // Refused before anything is loaded when the kept report misses the thresholds.
+            let report = accuracy::enforce(report, dtype, &options.thresholds)?;
+            let mut quantized = Self::load_model(device, dir, dtype)?;
+            quantized.accuracy = Some((report, GateSource::Cached));
+            return Ok(quantized);
+        }
+        let reference = Self::load_model(device, dir, ComputeDType::F32)?;
         let model = reference.model.with_dtype(dtype)?;
         let mut quantized =
             Self::new(reference.tokenizer.clone(), model)?.with_pooling(reference.pooling);
         quantized.prompts = reference.prompts.clone();
         quantized.default_prompt = reference.default_prompt.clone();
         let report = timed("accuracy gate", || {
-            accuracy::enforce(&reference, &quantized, dtype, &options.thresholds)
+            accuracy::measure(&reference, &quantized, &accuracy::gate_corpus())
         })?;
-        quantized.accuracy = Some(report);
+        if let Some(store) = &store {
+            store.put(&report);
+        }
+        let report = accuracy::enforce(report, dtype, &options.thresholds)?;
+        quantized.accuracy = Some((report, GateSource::Measured));
         Ok(quantized)
     }
 
     /// What the accuracy gate measured when this embedder was loaded in a quantized dtype
     /// (`None` for float dtypes, and when the gate was forced off).
     pub fn accuracy_report(&self) -> Option<AccuracyReport> {
-        self.accuracy
+        self.accuracy.map(|(r, _)| r)
+    }
+
+    /// Whether [`Self::accuracy_report`] was measured by this load or read from the gate's
+    /// cache (`None` when there is no report).
+    pub fn accuracy_source(&self) -> Option<GateSource> {
+        self.accuracy.map(|(_, s)| s)
     }
 
     fn load_model(device: &Device, dir: &Path, dtype: ComputeDType) -> Result<Self> {

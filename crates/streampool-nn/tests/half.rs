@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use streampool::Device;
 use streampool_nn::accuracy::{
-    gate_corpus, measure, AccuracyThresholds, QuantizationGate, GATE_TOP_K,
+    gate_corpus, measure, AccuracyThresholds, GateCache, GateSource, QuantizationGate, GATE_TOP_K,
 };
 use streampool_nn::{
     tiny_bert_dir, tiny_model_dir, BertModel, Classifier, ComputeDType, Error, LoadOptions,
@@ -94,7 +94,12 @@ fn the_accuracy_gate_on_every_tiny_model() {
                     && report.mean_cosine >= thresholds.mean_cosine,
                 "{name} int8: {report}"
             );
-            let gated = SentenceEmbedder::load_with(&dev, &dir, dtype);
+            let enforced = LoadOptions {
+                dtype,
+                gate_cache: GateCache::Off,
+                ..LoadOptions::default()
+            };
+            let gated = SentenceEmbedder::load_with_options(&dev, &dir, &enforced);
             match (report.passes(&thresholds), gated) {
                 (true, Ok(emb)) => assert_eq!(emb.accuracy_report(), Some(report)),
                 (false, Err(Error::AccuracyGate { report: r, .. })) => assert_eq!(r, report),
@@ -119,6 +124,7 @@ fn a_quantized_model_that_misses_the_gate_is_refused_unless_forced() {
             min_cosine: 1.0 + 1e-9,
             ..AccuracyThresholds::default()
         },
+        gate_cache: GateCache::Off,
         ..LoadOptions::default()
     };
     match SentenceEmbedder::load_with_options(&dev, tiny_bert_dir(), &strict) {
@@ -131,7 +137,7 @@ fn a_quantized_model_that_misses_the_gate_is_refused_unless_forced() {
     }
     let forced = LoadOptions {
         gate: QuantizationGate::Force,
-        ..strict
+        ..strict.clone()
     };
     let emb = SentenceEmbedder::load_with_options(&dev, tiny_bert_dir(), &forced).unwrap();
     assert!(emb.accuracy_report().is_none());
@@ -154,4 +160,123 @@ fn a_quantized_model_that_misses_the_gate_is_refused_unless_forced() {
         ComputeDType::Int8,
     );
     assert!(matches!(e, Err(Error::UnsupportedDType { .. })));
+}
+
+/// The gate's verdict is kept on disk: the first load of a model in int8 measures it, the
+/// next reads it (and applies its own thresholds to it, so a stricter load is refused from
+/// the cache too); any change to a file the model is loaded from is a miss, as is a damaged
+/// entry, and `GateCache::Off` always measures.
+#[test]
+fn the_gate_verdict_is_kept_per_model_files() {
+    let dev = Device::cpu();
+    let root = std::env::temp_dir().join(format!("sp-gate-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (model, cache) = (root.join("model"), root.join("cache"));
+    copy_dir(&tiny_bert_dir(), &model);
+    let opts = LoadOptions {
+        dtype: ComputeDType::Int8,
+        gate_cache: GateCache::Dir(cache.clone()),
+        ..LoadOptions::default()
+    };
+    let load = |opts: &LoadOptions| SentenceEmbedder::load_with_options(&dev, &model, opts);
+    let entries = || std::fs::read_dir(&cache).map_or(0, |d| d.count());
+
+    let first = load(&opts).unwrap();
+    let report = first.accuracy_report().unwrap();
+    assert_eq!(first.accuracy_source(), Some(GateSource::Measured));
+    assert_eq!(entries(), 1);
+    let second = load(&opts).unwrap();
+    assert_eq!(second.accuracy_source(), Some(GateSource::Cached));
+    assert_eq!(second.accuracy_report(), Some(report));
+    // The cached load is the same model: the same embeddings.
+    let text = ["the cache keeps the verdict, not the model"];
+    assert_eq!(first.embed(&text).unwrap(), second.embed(&text).unwrap());
+
+    // A stricter caller is refused with the kept numbers.
+    let strict = LoadOptions {
+        thresholds: AccuracyThresholds {
+            min_cosine: 1.0 + 1e-9,
+            ..AccuracyThresholds::default()
+        },
+        ..opts.clone()
+    };
+    match load(&strict) {
+        Err(Error::AccuracyGate { report: r, .. }) => assert_eq!(r, report),
+        other => panic!(
+            "not refused from the cache: {:?}",
+            other.map(|e| e.accuracy_report())
+        ),
+    }
+
+    // Another dtype's arithmetic, other files: misses.
+    let edit = |name: &str, f: &dyn Fn(&mut Vec<u8>)| {
+        let path = model.join(name);
+        let mut bytes = std::fs::read(&path).unwrap();
+        f(&mut bytes);
+        std::fs::write(&path, bytes).unwrap();
+    };
+    edit("config.json", &|b| b.push(b'\n'));
+    assert_eq!(
+        load(&opts).unwrap().accuracy_source(),
+        Some(GateSource::Measured)
+    );
+    assert_eq!(
+        load(&opts).unwrap().accuracy_source(),
+        Some(GateSource::Cached)
+    );
+    // The lowest mantissa bit of the last tensor's last f32: a weight changed by 2^-23 of
+    // itself.
+    edit("model.safetensors", &|b| {
+        let at = b.len() - 4;
+        b[at] ^= 1;
+    });
+    let changed = load(&opts).unwrap();
+    assert_eq!(changed.accuracy_source(), Some(GateSource::Measured));
+    assert_eq!(entries(), 3);
+
+    // A damaged entry is a miss, measured again and replaced.
+    for e in std::fs::read_dir(&cache).unwrap() {
+        let path = e.unwrap().path();
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::write(&path, vec![0u8; len as usize]).unwrap();
+    }
+    assert_eq!(
+        load(&opts).unwrap().accuracy_source(),
+        Some(GateSource::Measured)
+    );
+    assert_eq!(
+        load(&opts).unwrap().accuracy_source(),
+        Some(GateSource::Cached)
+    );
+
+    // No cache: every load measures, nothing is written.
+    let off = LoadOptions {
+        gate_cache: GateCache::Off,
+        ..opts.clone()
+    };
+    std::fs::remove_dir_all(&cache).unwrap();
+    assert_eq!(
+        load(&off).unwrap().accuracy_source(),
+        Some(GateSource::Measured)
+    );
+    assert_eq!(
+        load(&off).unwrap().accuracy_source(),
+        Some(GateSource::Measured)
+    );
+    assert!(!cache.exists());
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Copies a model folder and its module folders.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
 }

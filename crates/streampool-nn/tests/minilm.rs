@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use streampool::Device;
-use streampool_nn::accuracy::{AccuracyThresholds, GATE_TOP_K};
-use streampool_nn::{find_minilm, Activation, ComputeDType, SentenceEmbedder};
+use streampool_nn::accuracy::{AccuracyThresholds, GateCache, GateSource, GATE_TOP_K};
+use streampool_nn::{find_minilm, Activation, ComputeDType, LoadOptions, SentenceEmbedder};
 
 /// The installed model, or `None` after printing why the test is skipped.
 fn minilm() -> Option<SentenceEmbedder> {
@@ -163,7 +163,7 @@ fn half_precision_gelu_forms() {
 }
 
 /// MiniLM in int8 passes the accuracy gate against its f32 on the gate corpus (loading it
-/// runs the gate and would refuse it otherwise).
+/// runs the gate and would refuse it otherwise; no cache, so this load measures).
 #[test]
 fn int8_passes_the_accuracy_gate() {
     let dir = match find_minilm() {
@@ -173,9 +173,15 @@ fn int8_passes_the_accuracy_gate() {
             return;
         }
     };
-    let emb = SentenceEmbedder::load_with(&Device::cpu(), dir, ComputeDType::Int8)
+    let opts = LoadOptions {
+        dtype: ComputeDType::Int8,
+        gate_cache: GateCache::Off,
+        ..LoadOptions::default()
+    };
+    let emb = SentenceEmbedder::load_with_options(&Device::cpu(), dir, &opts)
         .expect("MiniLM int8 passes the gate");
     let report = emb.accuracy_report().expect("the gate ran");
+    assert_eq!(emb.accuracy_source(), Some(GateSource::Measured));
     println!("MiniLM int8 vs f32: {report}");
     assert_eq!(report.k, GATE_TOP_K);
     assert!(report.passes(&AccuracyThresholds::default()));

@@ -95,16 +95,36 @@ pub enum MatmulMath {
     /// several times faster on Ampere and later, ~1e-3 relative error. The CPU backend
     /// computes it exactly.
     Tf32,
-    /// Both operands quantized to symmetric int8 (the right operand, a weight, per output
-    /// column, once; the left one per row and group of 32 consecutive inputs, on every
-    /// call), multiplied with exact `i32` sums per group and scaled back to `f32` before the
-    /// bias and activation: `out[i, j] = act((sum_g f32(sum_{p in g} qa[i, p] qb[p, j]) *
-    /// sa[i, g]) * sb[j] + bias[j])` with `sa[i, g] = max_{p in g} |a[i, p]| / 127`,
-    /// `qa[i, p] = round_even(a[i, p] / sa[i, g])` and the same per column of `b` over all
-    /// of `k`. The CPU backend only (where the backend reports
+    /// Both operands quantized to 8-bit integers per group of 32 consecutive inputs (the
+    /// right operand, a weight, per output column and group to `[-64, 64]`, once; the left
+    /// one per row and group to `[-127, 127]`, on every call), multiplied with exact `i32`
+    /// sums per group and scaled back to `f32` before the bias and activation: `out[i, j] =
+    /// act(sum_g f32(sum_{p in g} qa[i, p] qb[p, j]) * (sa[i, g] * sb[g, j]) + bias[j])` with
+    /// `sa[i, g] = max_{p in g} |a[i, p]| / 127`, `qa[i, p] = round_even(a[i, p] / sa[i, g])`,
+    /// `sb[g, j] = max_{p in g} |b[p, j]| / 64` and `qb[p, j] = round_even(b[p, j] / sb[g,
+    /// j])`. Every CPU path (AVX-512 VNNI, AVX-VNNI, AVX2, portable) computes the same bits.
+    /// The CPU backend only (where the backend reports
     /// [`BackendStream::runs_int8_matmul`](crate::backend::BackendStream::runs_int8_matmul));
     /// elsewhere a product asking for it fails with [`Error::Unavailable`](crate::Error).
     Int8,
+}
+
+impl MatmulMath {
+    /// What a product in this mode computes, in words that change whenever its arithmetic
+    /// does: what a cache of results measured through it (the accuracy gate's verdicts)
+    /// keys on.
+    ///
+    /// ```
+    /// use streampool::MatmulMath;
+    /// assert_ne!(MatmulMath::Int8.arithmetic(), MatmulMath::Exact.arithmetic());
+    /// ```
+    pub fn arithmetic(self) -> &'static str {
+        match self {
+            MatmulMath::Exact => "f32",
+            MatmulMath::Tf32 => "tf32 inputs, f32 sums",
+            MatmulMath::Int8 => crate::cpu::kernels::INT8_ARITHMETIC,
+        }
+    }
 }
 
 /// The sequences of a packed batch: `tokens` rows holding sequences back to back, sequence

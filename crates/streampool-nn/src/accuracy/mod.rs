@@ -14,7 +14,10 @@
 //! mean >= 0.999, top-10 agreement >= 0.95.
 //! [`SentenceEmbedder::load_with_options`](crate::SentenceEmbedder::load_with_options) runs
 //! the gate when it loads a model in a quantized dtype and refuses one that fails, unless told to force it
-//! ([`QuantizationGate::Force`]).
+//! ([`QuantizationGate::Force`]). What it measured is kept on disk ([`GateCache`], keyed by
+//! the model's files, the dtype's arithmetic and this code), so only a machine's first load
+//! of a model in a dtype pays for the measurement; later loads read the report and apply
+//! their thresholds to it.
 //!
 //! ```
 //! use streampool_nn::accuracy::{compare_embeddings, AccuracyThresholds};
@@ -24,9 +27,14 @@
 //! assert!(same.passes(&AccuracyThresholds::default()));
 //! ```
 
+mod cache;
+
 use std::fmt;
 
 use crate::{ComputeDType, Error, Result, SentenceEmbedder};
+
+pub use cache::GateCache;
+pub(crate) use cache::GateStore;
 
 /// How many nearest neighbours the retrieval agreement compares.
 pub const GATE_TOP_K: usize = 10;
@@ -114,12 +122,12 @@ pub enum QuantizationGate {
 /// How [`SentenceEmbedder::load_with_options`] loads a model.
 ///
 /// ```
-/// use streampool_nn::accuracy::QuantizationGate;
+/// use streampool_nn::accuracy::{GateCache, QuantizationGate};
 /// use streampool_nn::{ComputeDType, LoadOptions};
 /// let opts = LoadOptions { dtype: ComputeDType::Int8, ..LoadOptions::default() };
-/// assert_eq!(opts.gate, QuantizationGate::Enforce);
+/// assert_eq!((opts.gate, opts.gate_cache), (QuantizationGate::Enforce, GateCache::Default));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LoadOptions {
     /// The compute dtype (default f32).
     pub dtype: ComputeDType,
@@ -127,6 +135,9 @@ pub struct LoadOptions {
     pub gate: QuantizationGate,
     /// What the gate requires (default [`AccuracyThresholds::default`]).
     pub thresholds: AccuracyThresholds,
+    /// Where the gate's measurements are kept between loads (default: streampool's cache
+    /// folder, [`GateCache::Default`]).
+    pub gate_cache: GateCache,
 }
 
 /// Compares two embeddings of the same sentences (`candidate[i]` and `reference[i]` embed
@@ -231,15 +242,22 @@ fn nearest(e: &[Vec<f64>], i: usize, k: usize) -> Vec<usize> {
     sims.into_iter().map(|(_, j)| j).collect()
 }
 
-/// The gate as loading runs it: `candidate` against `reference` on the gate corpus, refused
-/// unless it passes `thresholds`.
+/// Where a gate's report came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateSource {
+    /// Measured by this load.
+    Measured,
+    /// Read from the [`GateCache`]: an earlier load measured the same files in the same
+    /// arithmetic.
+    Cached,
+}
+
+/// Refuses a report that misses `thresholds`.
 pub(crate) fn enforce(
-    reference: &SentenceEmbedder,
-    candidate: &SentenceEmbedder,
+    report: AccuracyReport,
     dtype: ComputeDType,
     thresholds: &AccuracyThresholds,
 ) -> Result<AccuracyReport> {
-    let report = measure(reference, candidate, &gate_corpus())?;
     if !report.passes(thresholds) {
         return Err(Error::AccuracyGate {
             dtype,

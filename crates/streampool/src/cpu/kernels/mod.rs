@@ -24,6 +24,8 @@ mod strided;
 use crate::backend::DevicePtr;
 use crate::kernel::{Kernel, MatmulMath};
 
+pub(crate) use qgemm::ARITHMETIC as INT8_ARITHMETIC;
+
 /// # Safety
 /// `ptr` is valid for `len` reads of `f32` and nothing writes it meanwhile.
 unsafe fn src<'a>(ptr: DevicePtr, len: usize) -> &'a [f32] {

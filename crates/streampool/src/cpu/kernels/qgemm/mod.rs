@@ -3,19 +3,20 @@
 //!
 //! What is computed, exactly (the tests check it against `f64`):
 //!
-//! - **Weights** (`b`, `[k, n]`), per output column `j`, once: `sw[j] = max_p |b[p, j]| / 127`
-//!   and `qb[p, j] = clamp(round_even(b[p, j] * (127 / max_p |b[p, j]|)), -127, 127)` (all
-//!   zero, scale 0, for a zero column). Kept in the weight's [`PackSlot`], packed for the
-//!   microkernel, by the first product that uses it.
-//! - **Activations** (`a`, `[m, k]`), per row `i` and group `g` of [`GROUP`] consecutive
-//!   inputs, on every call: `sa[i, g] = max_{p in g} |a[i, p]| / 127` and `qa[i, p]` likewise;
-//!   a row holding a NaN or an infinity gets NaN scales, so its outputs are NaN as they
-//!   would be in `f32`.
+//! - **Weights** (`b`, `[k, n]`), per output column `j` and group `g` of [`GROUP`]
+//!   consecutive inputs, once: `sw[g, j] = max_{p in g} |b[p, j]| / W_MAX` and `qb[p, j] =
+//!   clamp(round_even(b[p, j] * (W_MAX / max_{p in g} |b[p, j]|)), -W_MAX, W_MAX)` with
+//!   [`W_MAX`] = 64 (zeros, scale 0, for a zero group). Kept in the weight's [`PackSlot`],
+//!   packed for the microkernels, by the first product that uses it.
+//! - **Activations** (`a`, `[m, k]`), per row `i` and group `g`, on every call: `sa[i, g] =
+//!   max_{p in g} |a[i, p]| / A_MAX` and `qa[i, p]` likewise in `[-A_MAX, A_MAX]`, [`A_MAX`]
+//!   = 127; a row holding a NaN or an infinity gets NaN scales, so its outputs are NaN as
+//!   they would be in `f32`.
 //! - **Product**: per group, `acc[i, g, j] = sum_{p in g} qa[i, p] * qb[p, j]` in `i32`,
-//!   exact (each term is at most 127^2); then `s[i, j] = sum_g f32(acc[i, g, j]) * sa[i, g]`
-//!   in `f32`, group by group in order.
-//! - **Epilogue**: `out[i, j] = act(s[i, j] * sw[j] + bias[j])`, each operation rounded once
-//!   in `f32`, the activation as the `f32` products apply it.
+//!   exact; then `s[i, j] = sum_g f32(acc[i, g, j]) * (sa[i, g] * sw[g, j])` in `f32`, group
+//!   by group in order, each product and sum rounded once.
+//! - **Epilogue**: `out[i, j] = act(s[i, j] + bias[j])`, rounded once in `f32`, the
+//!   activation as the `f32` products apply it.
 //!
 //! Why groups: a transformer's activations have a few channels far larger than the rest
 //! (BERT's "outlier dimensions"); one scale per token spends the 8 bits on those, and
@@ -24,31 +25,46 @@
 //! convert and multiply-add per accumulator per group (activations are quantized in blocks
 //! of 32 in llama.cpp's `Q8` formats for the same reason).
 //!
-//! Both operands are symmetric (no zero points) and `-128` is never used, so every path
-//! computes the same integers. The microkernel does not need 8-bit products: on AVX2,
-//! `vpmaddubsw` (u8 x s8 pairs into `i16`) saturates once two products of 255 x 127 meet, so
-//! we widen both operands to `i16` once (the weight at packing, the activations when they
-//! are quantized) and multiply with `vpmaddwd`, which sums two `i16` products into an `i32`
-//! lane without any rounding or saturation: one instruction per 16 multiply-adds, twice what
-//! an `f32` FMA does, and nothing to correct afterwards.
+//! Why weights within 64, and a scale per group for them too: the x86 8-bit products
+//! multiply an unsigned byte by a signed one. The activations are stored offset to `u8`
+//! (`qa + A_ZERO`, [`A_ZERO`] = 128, so in `[1, 255]`), and each group's integer sum starts
+//! from the correction `-A_ZERO * sum_{p in g} qb[p, j]` (computed once, with the packed
+//! weight), which takes the offset back out exactly. AVX2's `vpmaddubsw` adds two such
+//! products into an `i16` and saturates past 32,767: with weights within 64, two products
+//! reach at most 2 x 255 x 64 = 32,640, so it never saturates and every path computes the
+//! same integers. That buys one instruction per 32 multiply-adds (then `vpmaddwd` by ones
+//! and `vpaddd` widen into `i32`), against the 16 of `vpmaddwd` on `i16` operands; VNNI's
+//! `vpdpbusd` does all three in one. With one scale per column, 7-bit weights cost
+//! all-MiniLM-L6-v2 the accuracy gate (mean cosine 0.99817 to its f32); one scale per
+//! column and group of 32 inputs halves the weights' rounding error on most of its layers
+//! (its FFN output weights have outliers that per-column scales spent bits on) and it
+//! passes as the 8-bit per-column version did (`docs/quantization.md`). The group's scale
+//! product `sa * sw` is one more multiply per accumulator and group.
 //!
-//! | path | hardware | register tile | weight panel |
+//! | path | hardware | register tile | per step of 4 `k` |
 //! |---|---|---|---|
-//! | [`QgemmIsa::Avx2`] | AVX2 | 6 rows x 16 columns (12 `ymm` `i32` accumulators) | 16 columns |
-//! | [`QgemmIsa::Scalar`] | any | one row at a time | same layout |
+//! | [`QgemmIsa::Avx512Vnni`] | AVX-512 BW + VNNI | 12 rows x 16 columns (12 `zmm` `i32`) | one `vpdpbusd` per row |
+//! | [`QgemmIsa::AvxVnni`] | AVX2 + AVX-VNNI | 3 rows x 16 columns (6 `ymm` `i32`, 6 `f32` sums) | two `vpdpbusd` per row |
+//! | [`QgemmIsa::Avx2`] | AVX2 | 3 rows x 16 columns (6 `ymm` `i32`, 6 `f32` sums) | two `vpmaddubsw` + `vpmaddwd` + `vpaddd` per row |
+//! | [`QgemmIsa::Scalar`] | any | one row at a time | portable loops |
 //!
-//! The weight is packed into panels of 16 columns, each step holding two consecutive `k`
-//! of every column (`[n / 16][k / 2][16][2]` `i16`, zero past `n` and past an odd `k`): the
-//! AVX2 kernel loads a step as two vectors and broadcasts the matching pair of each
-//! activation row. The product is split over the intra-op pool as the `f32` products are:
-//! a grid of (row block, panel) units claimed by the pool's tasks, a row block sized to
-//! stay in L2 while a task walks the panels.
+//! The weight is packed into panels of 16 columns, each step holding four consecutive `k`
+//! of every column (`[n / 16][k / 4][16][4]` `i8`, a cache line, zero past `n` and past
+//! `k`), with 16 scales and 16 corrections per panel and group: a kernel loads a step as one or two
+//! vectors and broadcasts the matching four bytes of each activation row. The product is
+//! split over the intra-op pool as the `f32` products are: a grid of (row block, panel)
+//! units claimed by the pool's tasks, a row block sized to stay in L2 while a task walks the
+//! panels.
 //!
-//! The packed weight is half the size of the `f32` one; it lives beside the `f32` weight it
-//! was made from (the tensor layer keeps the original).
+//! The packed weight (with its scales and corrections) is under a third of the size of the
+//! `f32` one; it lives beside the `f32` weight it was made from (the tensor layer keeps the original). The path is chosen once per
+//! process, the best the host has ([`cpu_qgemm_isa`]).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod pack;
 mod scalar;
 #[cfg(test)]
 mod tests;
@@ -58,9 +74,32 @@ use std::sync::OnceLock;
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
 use crate::kernel::{Activation, MatOperand, PackSlot};
+use pack::{
+    quantize_a, quantize_b, quantize_value, scales_of, GroupInfo, Key, QuantizedA, QuantizedB,
+};
 
-/// Inputs per activation scale (even: the kernels read inputs in pairs).
+/// Inputs per activation scale (a whole number of the kernels' steps of 4).
 pub(crate) const GROUP: usize = 32;
+
+/// Largest magnitude of a quantized activation.
+const A_MAX: f32 = 127.0;
+
+/// What the activations are offset by to be stored as `u8`.
+const A_ZERO: i32 = 128;
+
+/// Largest magnitude of a quantized weight.
+const W_MAX: f32 = 64.0;
+
+// Two products of a stored activation and a weight never saturate `vpmaddubsw`'s `i16`,
+// and a stored activation is a `u8` (see the module docs).
+const _: () = assert!(2 * (A_ZERO + A_MAX as i32) * (W_MAX as i32) <= i16::MAX as i32);
+const _: () = assert!(A_ZERO - (A_MAX as i32) >= 0 && A_ZERO + (A_MAX as i32) <= 255);
+const _: () = assert!(W_MAX < 128.0 && GROUP.is_multiple_of(pack::KSTEP));
+
+/// [`MatmulMath::arithmetic`](crate::MatmulMath::arithmetic) of int8: the constants above
+/// in words (a test checks they agree), and the version of the scheme.
+pub(crate) const ARITHMETIC: &str =
+    "int8/2: activations per 32 inputs to +-127 stored +128, weights per column and 32 inputs to +-64";
 
 /// Columns of a weight panel (every path reads the same packing).
 const NR: usize = 16;
@@ -68,21 +107,37 @@ const NR: usize = 16;
 /// Which microkernel multiplies int8 products (see the module table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum QgemmIsa {
-    /// 6 x 16 tiles of `vpmaddwd` in AVX2 registers.
+    /// 12 x 16 tiles of `vpdpbusd` in AVX-512 registers.
+    Avx512Vnni,
+    /// 3 x 16 tiles of 256-bit `vpdpbusd` (AVX-VNNI).
+    AvxVnni,
+    /// 3 x 16 tiles of `vpmaddubsw` in AVX2 registers.
     Avx2,
     /// Portable loops (any host).
     Scalar,
 }
 
 impl QgemmIsa {
+    /// Every path, best first.
+    pub(crate) const ALL: [QgemmIsa; 4] = [
+        QgemmIsa::Avx512Vnni,
+        QgemmIsa::AvxVnni,
+        QgemmIsa::Avx2,
+        QgemmIsa::Scalar,
+    ];
+
     /// Whether this host can run the path.
     pub(crate) fn available(self) -> bool {
         match self {
             #[cfg(target_arch = "x86_64")]
+            QgemmIsa::Avx512Vnni => avx512::available(),
+            #[cfg(target_arch = "x86_64")]
+            QgemmIsa::AvxVnni => avx2::vnni_available(),
+            #[cfg(target_arch = "x86_64")]
             QgemmIsa::Avx2 => avx2::available(),
-            #[cfg(not(target_arch = "x86_64"))]
-            QgemmIsa::Avx2 => false,
             QgemmIsa::Scalar => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
         }
     }
 
@@ -90,7 +145,9 @@ impl QgemmIsa {
     fn rows(self) -> usize {
         match self {
             #[cfg(target_arch = "x86_64")]
-            QgemmIsa::Avx2 => avx2::MR,
+            QgemmIsa::Avx512Vnni => avx512::MR,
+            #[cfg(target_arch = "x86_64")]
+            QgemmIsa::AvxVnni | QgemmIsa::Avx2 => avx2::MR,
             _ => 1,
         }
     }
@@ -100,182 +157,11 @@ impl QgemmIsa {
 pub(crate) fn cpu_qgemm_isa() -> QgemmIsa {
     static ISA: OnceLock<QgemmIsa> = OnceLock::new();
     *ISA.get_or_init(|| {
-        if QgemmIsa::Avx2.available() {
-            QgemmIsa::Avx2
-        } else {
-            QgemmIsa::Scalar
-        }
+        QgemmIsa::ALL
+            .into_iter()
+            .find(|p| p.available())
+            .unwrap_or(QgemmIsa::Scalar)
     })
-}
-
-/// One step of a packed panel: two `k` of 16 columns, a cache line.
-#[derive(Clone, Copy, Default)]
-#[repr(C, align(64))]
-struct Step([i16; 2 * NR]);
-
-/// Which matrix a quantized weight was made from: a slot's contents serve only products of
-/// this very operand (its storage never changes, so the same view is the same matrix).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Key {
-    ptr: u64,
-    rs: usize,
-    cs: usize,
-    n: usize,
-    k: usize,
-}
-
-/// A weight `[k, n]` quantized per column and packed (see the module docs).
-pub(crate) struct QuantizedB {
-    key: Key,
-    /// Steps per panel: `k` rounded up to even, halved.
-    steps: usize,
-    /// `panels * steps` steps.
-    packed: Vec<Step>,
-    /// `sw[j]`, zero past `n` (whole panels).
-    scales: Vec<f32>,
-}
-
-impl QuantizedB {
-    /// Panel `jp`'s steps.
-    fn panel(&self, jp: usize) -> *const i16 {
-        // In bounds: jp < n.div_ceil(NR) panels of `steps` steps were allocated.
-        self.packed.as_ptr().wrapping_add(jp * self.steps) as *const i16
-    }
-
-    /// The quantized value `qb[p, j]` (tests read the integers the kernels multiply).
-    #[cfg(test)]
-    fn q(&self, p: usize, j: usize) -> i16 {
-        self.packed[j / NR * self.steps + p / 2].0[(j % NR) * 2 + p % 2]
-    }
-}
-
-/// `round_even(x * inv)` clamped to `[-127, 127]`: the rounding every path uses.
-#[inline(always)]
-fn quantize_value(x: f32, inv: f32) -> i16 {
-    (x * inv).round_ties_even().clamp(-127.0, 127.0) as i16
-}
-
-/// The scale `max |x| / 127` of a row or column of largest magnitude `amax`, and the factor
-/// `127 / amax` its values are multiplied by (0 for a zero row: every value quantizes to 0).
-#[inline(always)]
-fn scales_of(amax: f32) -> (f32, f32) {
-    if amax > 0.0 {
-        (amax / 127.0, 127.0 / amax)
-    } else {
-        (0.0, 0.0)
-    }
-}
-
-/// Quantizes and packs `b` (`[k, n]` under its strides), panels in parallel.
-///
-/// # Safety
-/// `b` is valid for `[k, n]` reads of `f32` under its strides.
-unsafe fn quantize_b(b: &MatOperand, k: usize, n: usize) -> QuantizedB {
-    let panels = n.div_ceil(NR);
-    let steps = k.div_ceil(2);
-    let mut packed = vec![Step::default(); panels * steps];
-    let mut scales = vec![0.0f32; panels * NR];
-    let (src, rs, cs) = (b.ptr, b.rs, b.cs);
-    let dst = DevicePtr(packed.as_mut_ptr() as u64);
-    let sdst = DevicePtr(scales.as_mut_ptr() as u64);
-    intra_op::for_ranges(panels, k * NR, |r| {
-        for jp in r {
-            // SAFETY: panel jp's steps and scales are this task's own; rows < k and columns
-            // < n of b are in bounds (the caller's contract).
-            let panel = std::slice::from_raw_parts_mut((dst.0 as *mut Step).add(jp * steps), steps);
-            let sc = std::slice::from_raw_parts_mut((sdst.0 as *mut f32).add(jp * NR), NR);
-            let at = |p: usize, j: usize| (src.0 as *const f32).add(p * rs + j * cs).read();
-            let cols = (n - jp * NR).min(NR);
-            for (c, sc) in sc.iter_mut().enumerate().take(cols) {
-                let j = jp * NR + c;
-                let amax = (0..k).fold(0.0f32, |m, p| m.max(at(p, j).abs()));
-                let (scale, inv) = scales_of(amax);
-                *sc = scale;
-                for p in 0..k {
-                    panel[p / 2].0[c * 2 + p % 2] = quantize_value(at(p, j), inv);
-                }
-            }
-        }
-    });
-    QuantizedB {
-        key: Key {
-            ptr: b.ptr.0,
-            rs,
-            cs,
-            n,
-            k,
-        },
-        steps,
-        packed,
-        scales,
-    }
-}
-
-/// Activation rows quantized for one call: row `r` is `ld` `i16` (zero past `k`), with
-/// `groups` scales.
-struct QuantizedA {
-    q: Vec<i16>,
-    scales: Vec<f32>,
-    /// `i16` per row.
-    ld: usize,
-    /// Scales per row: `k.div_ceil(GROUP)`.
-    groups: usize,
-}
-
-/// Quantizes the `batch * m` rows of `a` (row `bi * m + i` is `a[bi]`'s row `i`), in
-/// parallel.
-///
-/// # Safety
-/// `a` is valid for `[batch, m, k]` reads of `f32` under its strides.
-unsafe fn quantize_a(
-    isa: QgemmIsa,
-    a: &MatOperand,
-    batch: usize,
-    m: usize,
-    k: usize,
-) -> QuantizedA {
-    let ld = k.div_ceil(2) * 2;
-    let groups = k.div_ceil(GROUP);
-    let rows = batch * m;
-    let mut q = vec![0i16; rows * ld];
-    let mut scales = vec![0.0f32; rows * groups];
-    let (qd, sd) = (
-        DevicePtr(q.as_mut_ptr() as u64),
-        DevicePtr(scales.as_mut_ptr() as u64),
-    );
-    intra_op::for_ranges(rows, k, |r| {
-        for row in r {
-            let (bi, i) = (row / m, row % m);
-            let src = (a.ptr.0 as *const f32).add(bi * a.batch_stride + i * a.rs);
-            // SAFETY: row `row` of the buffers is this task's own; a's row is in bounds.
-            let out = std::slice::from_raw_parts_mut((qd.0 as *mut i16).add(row * ld), k);
-            let sc = std::slice::from_raw_parts_mut((sd.0 as *mut f32).add(row * groups), groups);
-            let mut finite = true;
-            for (g, scale) in sc.iter_mut().enumerate() {
-                let p = g * GROUP;
-                let len = (k - p).min(GROUP);
-                let part = &mut out[p..p + len];
-                let (s, ok) = match isa {
-                    #[cfg(target_arch = "x86_64")]
-                    QgemmIsa::Avx2 if a.cs == 1 => {
-                        avx2::quantize_group(std::slice::from_raw_parts(src.add(p), len), part)
-                    }
-                    _ => scalar::quantize_group(|i| src.add((p + i) * a.cs).read(), part),
-                };
-                *scale = s;
-                finite &= ok;
-            }
-            if !finite {
-                sc.fill(f32::NAN);
-            }
-        }
-    });
-    QuantizedA {
-        q,
-        scales,
-        ld,
-        groups,
-    }
 }
 
 /// `Kernel::Matmul` with `MatmulMath::Int8`: `out = act(a @ b + bias)` computed as the module
@@ -367,7 +253,7 @@ pub(crate) unsafe fn matmul_on(
 ///
 /// # Safety
 /// `out` is valid for `rows * n` writes, `bias` for `n` reads; `qa` and `qb` hold `rows`
-/// rows and `n` columns of one product.
+/// rows and `n` columns of one product; `isa` is available.
 #[allow(clippy::too_many_arguments)]
 unsafe fn run(
     isa: QgemmIsa,
@@ -387,10 +273,10 @@ unsafe fn run(
         bias_v[..n].copy_from_slice(super::src(p, n));
     }
     let threads = intra_op::pool().map_or(1, |p| p.current_num_threads());
-    // Row blocks: at least four units per thread, each block's quantized rows (2 bytes per
+    // Row blocks: at least four units per thread, each block's quantized rows (1 byte per
     // input) about 256 KiB so they stay in L2 while a task walks the panels.
     let want = (4 * threads).div_ceil(panels).max(1);
-    let cap = ((256 << 10) / (2 * qa.ld.max(1)) / mr * mr).max(mr);
+    let cap = ((256 << 10) / qa.ld.max(1) / mr * mr).max(mr);
     let mb = rows.div_ceil(want).next_multiple_of(mr).min(cap).max(mr);
     let blocks = rows.div_ceil(mb);
     let units = blocks * panels;
@@ -412,7 +298,7 @@ unsafe fn run(
                     a_scales: qa.scales.as_ptr().add(i * qa.groups),
                     groups: qa.groups,
                     w: qb.panel(jp),
-                    w_scales: qb.scales.as_ptr().add(j0),
+                    info: qb.info(jp),
                     bias: bias_v.as_ptr().add(j0),
                     c: (out.0 as *mut f32).add(i * n + j0),
                     ldc: n,
@@ -427,25 +313,26 @@ unsafe fn run(
 }
 
 /// One register tile's operands: for `r` < the tile's rows and `j < cols`,
-/// `c[r * ldc + j] = act((sum_g f32(sum_{s in g} a2[r][s] . w2[s][j]) * sa[r][g]) *
-/// w_scales[j] + bias[j])`, where `a2[r][s]` is the `s`-th pair of row `r` (at `a + r *
-/// lda`), `sa[r][g]` is `a_scales[r * groups + g]`, group `g` holds steps `g * GROUP / 2`
-/// on (the last one fewer), and `w2[s][j]` is column `j`'s pair in step `s` of the panel at
-/// `w`. `w_scales` and `bias` hold `NR` values (zero-padded).
+/// `c[r * ldc + j] = act(sum_g f32(corr[g][j] + sum_{s in g} a4[r][s] . w4[s][j]) *
+/// (sa[r][g] * sw[g][j]) + bias[j])`, where `a4[r][s]` is the `s`-th four `u8` of row `r`
+/// (at `a + r * lda`), `sa[r][g]` is `a_scales[r * groups + g]`, group `g` holds steps
+/// `g * GROUP / 4` on (the last one fewer), `w4[s][j]` is column `j`'s four `i8` in step
+/// `s` of the panel at `w`, and `corr[g]` and `sw[g]` the panel's 16 corrections and
+/// scales of group `g` (`info[g]`). `bias` holds `NR` values (zero-padded).
 #[derive(Clone, Copy)]
-pub(super) struct Tile {
-    pub(super) steps: usize,
-    pub(super) a: *const i16,
-    pub(super) lda: usize,
-    pub(super) a_scales: *const f32,
-    pub(super) groups: usize,
-    pub(super) w: *const i16,
-    pub(super) w_scales: *const f32,
-    pub(super) bias: *const f32,
-    pub(super) c: *mut f32,
-    pub(super) ldc: usize,
-    pub(super) cols: usize,
-    pub(super) act: Activation,
+struct Tile {
+    steps: usize,
+    a: *const u8,
+    lda: usize,
+    a_scales: *const f32,
+    groups: usize,
+    w: *const i8,
+    info: *const GroupInfo,
+    bias: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    act: Activation,
 }
 
 /// Runs one tile of `rows` rows (at most the path's register tile).
@@ -455,14 +342,11 @@ pub(super) struct Tile {
 unsafe fn tile(isa: QgemmIsa, rows: usize, t: &Tile) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        QgemmIsa::Avx2 => match rows {
-            6 => avx2::tile::<6>(t),
-            5 => avx2::tile::<5>(t),
-            4 => avx2::tile::<4>(t),
-            3 => avx2::tile::<3>(t),
-            2 => avx2::tile::<2>(t),
-            _ => avx2::tile::<1>(t),
-        },
+        QgemmIsa::Avx512Vnni => avx512::tile(rows, t),
+        #[cfg(target_arch = "x86_64")]
+        QgemmIsa::AvxVnni => avx2::tile_vnni(rows, t),
+        #[cfg(target_arch = "x86_64")]
+        QgemmIsa::Avx2 => avx2::tile(rows, t),
         _ => {
             for r in 0..rows {
                 let row = Tile {
@@ -478,14 +362,8 @@ unsafe fn tile(isa: QgemmIsa, rows: usize, t: &Tile) {
 }
 
 /// Adds one group's exact sum to a running `f32` sum: the order of operations every path
-/// uses.
+/// uses (the two scales' product, then the sum's, then the addition, each rounded once).
 #[inline(always)]
-fn add_group(sum: f32, acc: i32, a_scale: f32) -> f32 {
-    sum + acc as f32 * a_scale
-}
-
-/// The epilogue before the activation.
-#[inline(always)]
-fn dequantize(sum: f32, w_scale: f32, bias: f32) -> f32 {
-    sum * w_scale + bias
+fn add_group(sum: f32, acc: i32, a_scale: f32, w_scale: f32) -> f32 {
+    sum + acc as f32 * (a_scale * w_scale)
 }

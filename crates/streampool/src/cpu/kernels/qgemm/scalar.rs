@@ -1,29 +1,8 @@
 //! The portable path: the same packing and arithmetic as the vector kernels, one row at a
-//! time (hosts without AVX2, and strided activations).
+//! time (hosts without AVX2).
 
-use super::{add_group, dequantize, quantize_value, scales_of, Tile, GROUP, NR};
-
-/// Quantizes one group of `out.len()` activations read by `at(i)` into `out`: returns its
-/// scale and whether every value was finite (else `out` is zeros).
-#[inline(always)]
-pub(super) fn quantize_group(at: impl Fn(usize) -> f32, out: &mut [i16]) -> (f32, bool) {
-    let mut amax = 0.0f32;
-    let mut finite = true;
-    for i in 0..out.len() {
-        let x = at(i);
-        finite &= x.is_finite();
-        amax = amax.max(x.abs());
-    }
-    if !finite {
-        out.fill(0);
-        return (f32::NAN, false);
-    }
-    let (scale, inv) = scales_of(amax);
-    for (i, q) in out.iter_mut().enumerate() {
-        *q = quantize_value(at(i), inv);
-    }
-    (scale, true)
-}
+use super::pack::KSTEP;
+use super::{add_group, Tile, GROUP, NR};
 
 /// One row of a tile (`t.a` is the row, `t.c` its output).
 ///
@@ -32,27 +11,27 @@ pub(super) fn quantize_group(at: impl Fn(usize) -> f32, out: &mut [i16]) -> (f32
 pub(super) unsafe fn row(t: &Tile) {
     let mut sum = [0.0f32; NR];
     for g in 0..t.groups {
-        let s0 = g * GROUP / 2;
-        let s1 = (s0 + GROUP / 2).min(t.steps);
-        let mut acc = [0i32; NR];
+        let s0 = g * GROUP / KSTEP;
+        let s1 = (s0 + GROUP / KSTEP).min(t.steps);
+        let info = &*t.info.add(g);
+        let mut acc = info.correction;
         for s in s0..s1 {
-            let (x0, x1) = (
-                i32::from(t.a.add(2 * s).read()),
-                i32::from(t.a.add(2 * s + 1).read()),
-            );
-            let w = t.w.add(s * 2 * NR);
+            let x: [i32; KSTEP] = std::array::from_fn(|e| i32::from(t.a.add(KSTEP * s + e).read()));
+            let w = t.w.add(s * KSTEP * NR);
             for (j, a) in acc.iter_mut().enumerate() {
-                *a += x0 * i32::from(w.add(2 * j).read()) + x1 * i32::from(w.add(2 * j + 1).read());
+                for (e, x) in x.iter().enumerate() {
+                    *a += x * i32::from(w.add(KSTEP * j + e).read());
+                }
             }
         }
         let sa = t.a_scales.add(g).read();
         for j in 0..NR {
-            sum[j] = add_group(sum[j], acc[j], sa);
+            sum[j] = add_group(sum[j], acc[j], sa, info.scale[j]);
         }
     }
     let mut y = [0.0f32; NR];
     for j in 0..NR {
-        y[j] = dequantize(sum[j], t.w_scales.add(j).read(), t.bias.add(j).read());
+        y[j] = sum[j] + t.bias.add(j).read();
     }
     let y = &mut y[..t.cols];
     super::super::sgemm::activate_row(y, t.act);
