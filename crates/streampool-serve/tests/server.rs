@@ -406,7 +406,7 @@ async fn bad_requests_are_answered_with_status_and_message() {
         (json!({"model": EMBEDDER, "input": long_text}), 400),
         (
             json!({"model": EMBEDDER, "input": ["a", "b", "c", "d", "e"]}),
-            400,
+            413,
         ),
         (json!({"model": EMBEDDER, "input": []}), 400),
         (json!({"model": EMBEDDER, "input": 3.5}), 400),

@@ -149,7 +149,7 @@ async fn tei_info_and_health() {
         info["max_input_length"].as_u64().unwrap() as usize,
         s.embedder.tokenizer().max_len()
     );
-    assert_eq!(info["max_client_batch_size"], 256);
+    assert_eq!(info["max_client_batch_size"], 16_384);
     assert_eq!(info["auto_truncate"], false);
     for key in [
         "model_dtype",
