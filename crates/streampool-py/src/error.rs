@@ -73,9 +73,10 @@ impl From<Error> for PyErr {
             // in the message.
             Error::Batch(B::QueueFull { .. } | B::DeadlineExceeded) => PyRuntimeError::new_err(msg),
             Error::Core(C::DeviceOutOfMemory { .. }) => PyMemoryError::new_err(msg),
-            Error::Core(C::InvalidInput(_) | C::InputTooLong(_) | C::InputTooLarge(_)) => {
-                PyValueError::new_err(msg)
-            }
+            // Bad input, or queue settings the core refuses (workers 0, ...).
+            Error::Core(
+                C::InvalidInput(_) | C::InputTooLong(_) | C::InputTooLarge(_) | C::Config(_),
+            ) => PyValueError::new_err(msg),
             // Overload, deadlines, shutdown, non-finite rows and model failures: the input
             // was acceptable, the computation or the moment was not.
             Error::Core(_) => PyRuntimeError::new_err(msg),
