@@ -12,6 +12,7 @@ use pyo3::types::{PyString, PyTuple};
 use streampool_core::ClassifyBatch;
 use streampool_nn::{Classifier, ComputeDType};
 
+use crate::embedder::type_name;
 use crate::{device, Error, Result};
 
 /// A sequence classifier on one device (see the Python docstrings in
@@ -38,10 +39,7 @@ fn item(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<(String, Option<String>)> 
     let wrong = || {
         Error::Type(format!(
             "sentences[{i}] must be a str or a pair of str, not {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            type_name(obj)
         ))
     };
     let parts: Vec<Bound<'_, PyAny>> = if let Ok(t) = obj.downcast::<PyTuple>() {

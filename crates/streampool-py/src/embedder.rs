@@ -60,7 +60,7 @@ fn sentences(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
     Ok((out, false))
 }
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
         .map(|n| n.to_string())
@@ -101,7 +101,7 @@ impl PyEmbedder {
                         .into_iter()
                         .map(|ids| EmbedInput { ids, normalize })
                         .collect();
-                    let launched = self.batch.launch(&inputs).map_err(Error::from)?;
+                    let launched = self.batch.launch(inputs).map_err(Error::from)?;
                     pending.push_back((chunk, launched));
                     continue;
                 }
@@ -109,8 +109,7 @@ impl PyEmbedder {
             let Some((chunk, launched)) = pending.pop_front() else {
                 break;
             };
-            let wishes = vec![normalize; chunk.len()];
-            let rows = launched.rows(&self.inner, &wishes).map_err(Error::from)?;
+            let rows = launched.rows().map_err(Error::from)?;
             for (row, &i) in rows.into_iter().zip(chunk) {
                 out[i * dim..(i + 1) * dim].copy_from_slice(&row.map_err(Error::from)?);
             }

@@ -59,10 +59,10 @@ pub struct EmbedBatch {
 /// A batch's forward launched on the device and not yet read back (see
 /// [`EmbedBatch::launch`]).
 pub struct Launched {
-    dim: usize,
-    /// Each forward's embeddings `[rows, dim]` on the device, with the positions in the
-    /// batch its rows belong to and whether they still need scaling to unit length.
-    parts: Vec<(Tensor, Vec<usize>, bool)>,
+    embedder: Arc<SentenceEmbedder>,
+    /// Each forward's embeddings `[rows, dim]` on the device, with, per row, its position in
+    /// the batch and whether the host still scales it to unit length.
+    parts: Vec<(Tensor, Vec<(usize, bool)>)>,
     rows: usize,
 }
 
@@ -111,25 +111,39 @@ impl EmbedBatch {
     /// waiting for it (read it back with [`Launched::rows`]): a caller with several batches
     /// launches the next before reading the last back, so the device never idles for a
     /// read-back. The first error (e.g. the device out of memory) fails the whole batch.
-    pub fn launch(&self, inputs: &[EmbedInput]) -> streampool_nn::Result<Launched> {
+    pub fn launch(&self, inputs: Vec<EmbedInput>) -> streampool_nn::Result<Launched> {
         let e = &self.embedder;
-        let (unit, raw): (Vec<usize>, Vec<usize>) =
-            (0..inputs.len()).partition(|&i| inputs[i].normalize);
-        // Each forward: the positions it holds, unit length on the device or not, and
-        // whether the host scales the rows that asked for unit length.
-        let plan: Vec<(Vec<usize>, bool, bool)> = if e.packs() || raw.is_empty() {
-            vec![(unit, true, false), (raw, false, false)]
+        let rows = inputs.len();
+        let any_raw = inputs.iter().any(|r| !r.normalize);
+        // Each forward: its rows (position, ids, whether the host scales it), and whether
+        // it pools to unit length on the device.
+        type Part = (Vec<(usize, Vec<i64>, bool)>, bool);
+        let plan: Vec<Part> = if e.packs() || !any_raw {
+            let (unit, raw) = inputs
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (i, r.ids, r.normalize))
+                .partition(|(_, _, unit)| *unit);
+            vec![(unit, true), (raw, false)]
         } else {
             // A padded model with both kinds: one forward for all, the unit-length rows
             // scaled on the host.
-            vec![((0..inputs.len()).collect(), false, true)]
+            let all = inputs
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (i, r.ids, r.normalize))
+                .collect();
+            vec![(all, false)]
         };
         let mut parts = Vec::with_capacity(plan.len());
-        for (positions, unit, host_unit) in plan {
-            if positions.is_empty() {
+        for (members, unit) in plan {
+            if members.is_empty() {
                 continue;
             }
-            let ids: Vec<Vec<i64>> = positions.iter().map(|&i| inputs[i].ids.clone()).collect();
+            let (rows_of, ids): (Vec<(usize, bool)>, Vec<Vec<i64>>) = members
+                .into_iter()
+                .map(|(i, ids, wants_unit)| ((i, wants_unit && !unit), ids))
+                .unzip();
             let mixed = ids.windows(2).any(|w| w[0].len() != w[1].len());
             let out = if unit && mixed && e.packs() {
                 self.packed_batches.fetch_add(1, Ordering::Relaxed);
@@ -139,40 +153,36 @@ impl EmbedBatch {
                 // `unit`, whatever the model's own Normalize module says.
                 e.embed_input_with(&BertInput::from_sequences(&ids)?, unit)?
             };
-            parts.push((out, positions, host_unit));
+            parts.push((out, rows_of));
         }
         Ok(Launched {
-            dim: e.dim(),
+            embedder: e.clone(),
             parts,
-            rows: inputs.len(),
+            rows,
         })
     }
 
     /// [`EmbedBatch::launch`] and [`Launched::rows`] in one call.
     pub fn run(&self, inputs: Vec<EmbedInput>) -> streampool_nn::Result<Vec<RowOutput>> {
-        let normalize: Vec<bool> = inputs.iter().map(|r| r.normalize).collect();
-        self.launch(&inputs)?.rows(&self.embedder, &normalize)
+        self.launch(inputs)?.rows()
     }
 }
 
 impl Launched {
     /// Waits for the forward and reads it back: one row per input, in input order, each its
-    /// embedding or [`Error::NonFinite`] (a half-precision overflow fails its own input
-    /// only, never NaN in an answer). `normalize` is each input's own wish, as launched.
-    pub fn rows(
-        self,
-        embedder: &SentenceEmbedder,
-        normalize: &[bool],
-    ) -> streampool_nn::Result<Vec<RowOutput>> {
+    /// embedding (unit length where its input asked) or [`Error::NonFinite`] (a
+    /// half-precision overflow fails its own input only, never NaN in an answer).
+    pub fn rows(self) -> streampool_nn::Result<Vec<RowOutput>> {
+        let dim = self.embedder.dim();
         let mut rows: Vec<Option<RowOutput>> = (0..self.rows).map(|_| None).collect();
-        for (tensor, positions, host_unit) in self.parts {
+        for (tensor, rows_of) in self.parts {
             let flat = tensor.to_vec::<f32>()?;
-            for (row, &i) in flat.chunks_exact(self.dim).zip(&positions) {
+            for (row, &(i, scale)) in flat.chunks_exact(dim).zip(&rows_of) {
                 let mut row = row.to_vec();
-                if host_unit && normalize.get(i).copied().unwrap_or(false) {
+                if scale {
                     l2_normalize(&mut row);
                 }
-                rows[i] = Some(match embedder.check_finite(&row) {
+                rows[i] = Some(match self.embedder.check_finite(&row) {
                     Ok(()) => Ok(row),
                     Err(e) => Err(Error::NonFinite {
                         input: i,
