@@ -1,9 +1,16 @@
-//! Who may call: an optional API key, checked on every inference and model route as
+//! Who may call: API keys, checked on every inference and model route as
 //! `Authorization: Bearer <key>` (what the OpenAI, TEI and Triton clients send).
+//!
+//! The keys are a table of tenants ([`Tenants`](crate::Tenants): a tenants file, or the
+//! single [`ApiKey`] as the tenant `default`). The check finds the key's tenant, admits the
+//! request under the tenant's limits (429 with `Retry-After` past them), puts the tenant
+//! in the request's extensions for the handlers ([`Caller`](crate::Caller): which models
+//! it sees, whom its tokens are charged to) and counts the request's outcome for the
+//! tenant once it is answered.
 //!
 //! The probes stay open (`/v2/health/live`, `/v2/health/ready`, `/health`: an orchestrator
 //! has no key), and `/metrics` too unless [`ServeConfig::protect_metrics`](crate::ServeConfig::protect_metrics).
-//! Every other path, unknown ones included, needs the key, so a caller without it learns
+//! Every other path, unknown ones included, needs a key, so a caller without one learns
 //! nothing about what is served. TLS is not this server's job: terminate it at the ingress
 //! or balancer in front (`deploy/README.md`), or the key crosses the network in clear.
 
@@ -17,7 +24,8 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use crate::state::AppState;
-use crate::{Error, Result};
+use crate::tenants::{sha256, Sha256Digest};
+use crate::{Error, Result, Shed};
 
 /// Paths answered without a key whatever the settings: the liveness and readiness probes.
 const OPEN_PATHS: [&str; 3] = ["/v2/health/live", "/v2/health/ready", "/health"];
@@ -70,6 +78,11 @@ impl ApiKey {
     pub fn matches(&self, presented: &[u8]) -> bool {
         bool::from(self.0.as_ref().ct_eq(presented))
     }
+
+    /// The SHA-256 digest of the key (what the tenant table looks keys up by).
+    pub(crate) fn digest(&self) -> Sha256Digest {
+        sha256(&self.0)
+    }
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -78,14 +91,15 @@ impl std::fmt::Debug for ApiKey {
     }
 }
 
-/// The middleware: answers 401 (with `WWW-Authenticate: Bearer`, in the format of the
-/// route's protocol) when a key is configured and the request does not carry it.
+/// The middleware: answers 401 (with `WWW-Authenticate: Bearer`) when keys are configured
+/// and the request carries none of them, and 429 (with `Retry-After`) when the key's tenant
+/// is over a limit, each in the format of the route's protocol.
 pub(crate) async fn require_key(
     State(state): State<Arc<AppState>>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    let Some(key) = &state.config.api_key else {
+    let Some(tenants) = &state.tenants else {
         return next.run(req).await;
     };
     let path = req.uri().path();
@@ -97,27 +111,47 @@ pub(crate) async fn require_key(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| bearer_token(v.as_bytes()));
-    match presented {
-        Some(token) if key.matches(token) => next.run(req).await,
-        found => {
-            state.metrics.record_unauthorized();
-            let e = Error::Unauthorized(
-                if found.is_some() {
-                    "invalid API key"
-                } else {
-                    "missing API key: send `Authorization: Bearer <key>`"
-                }
-                .into(),
-            );
-            // Each protocol's clients read errors in their own format.
-            if path.starts_with("/v1/") {
-                crate::openai::OpenAiError(e).into_response()
-            } else if crate::tei::PATHS.contains(&path) {
-                crate::tei::TeiError::from(e).into_response()
+    let Some(tenant) = presented.and_then(|token| tenants.authenticate(token)) else {
+        state.metrics.record_unauthorized();
+        let e = Error::Unauthorized(
+            if presented.is_some() {
+                "invalid API key"
             } else {
-                e.into_response()
+                "missing API key: send `Authorization: Bearer <key>`"
             }
+            .into(),
+        );
+        return protocol_error(path, e);
+    };
+    let admission = match tenant.admit() {
+        Ok(admission) => admission,
+        Err(refusal) => {
+            tenant.record_limited();
+            return protocol_error(
+                path,
+                Error::RateLimited(Shed {
+                    message: refusal.message(&tenant),
+                    retry_after: refusal.retry_after,
+                }),
+            );
         }
+    };
+    req.extensions_mut().insert(tenant);
+    // Dropped with this future if the client goes away: the slot comes back either way.
+    let resp = next.run(req).await;
+    admission.finish(resp.status());
+    resp
+}
+
+/// `e` as the response of a route at `path`: each protocol's clients read errors in their
+/// own format.
+fn protocol_error(path: &str, e: Error) -> Response {
+    if path.starts_with("/v1/") {
+        crate::openai::OpenAiError(e).into_response()
+    } else if crate::tei::PATHS.contains(&path) {
+        crate::tei::TeiError::from(e).into_response()
+    } else {
+        e.into_response()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Server settings: where to listen and the limits every request is held to.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use streampool_batch::BatchConfig;
@@ -58,7 +59,17 @@ pub struct ServeConfig {
     /// probes (`/v2/health/*`, `/health`) stay open, and `/metrics` too unless
     /// `protect_metrics`.
     pub api_key: Option<ApiKey>,
-    /// Whether `/metrics` needs the API key as well (when one is set).
+    /// Several API keys, one per tenant, from this TOML file (e.g. a mounted Kubernetes
+    /// Secret): each tenant has a name, the models it may call (the others are answered as
+    /// absent, 404) and optional limits (requests and tokens per second, concurrent
+    /// requests; past them 429 with `Retry-After`). The file is re-read every
+    /// `tenants_poll_interval` and its changes apply at once; a file that does not parse
+    /// keeps the tenants in force. The format is in the README and in
+    /// [`Tenants`](crate::Tenants). Exclusive with `api_key`; probes and `/metrics` as for it.
+    pub tenants_file: Option<PathBuf>,
+    /// How often `tenants_file` is re-read for changes.
+    pub tenants_poll_interval: Duration,
+    /// Whether `/metrics` needs a key as well (when keys are set).
     pub protect_metrics: bool,
     /// Longest input in tokens (special tokens included) an embedder accepts. `None`: the
     /// model's own limit. Never above the model's own limit.
@@ -110,6 +121,10 @@ impl Default for ServeConfig {
             // balancer's pool and many direct clients.
             max_connections: 4096,
             api_key: None,
+            tenants_file: None,
+            // A Secret update takes up to a minute or so to reach the pod's file (the
+            // kubelet's sync period); two seconds add little to that and cost nothing.
+            tenants_poll_interval: Duration::from_secs(2),
             protect_metrics: false,
             max_seq_len: None,
             truncate: false,
@@ -171,6 +186,17 @@ impl ServeConfig {
         if self.keep_alive_timeout.is_zero() {
             return Err(crate::Error::Config(
                 "keep_alive_timeout must be positive".into(),
+            ));
+        }
+        if self.api_key.is_some() && self.tenants_file.is_some() {
+            return Err(crate::Error::Config(
+                "api_key and tenants_file are exclusive: give the key as a tenant of the file"
+                    .into(),
+            ));
+        }
+        if self.tenants_poll_interval.is_zero() {
+            return Err(crate::Error::Config(
+                "tenants_poll_interval must be positive".into(),
             ));
         }
         if self.drain_timeout.is_zero() {

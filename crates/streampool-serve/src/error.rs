@@ -60,6 +60,11 @@ pub enum Error {
     /// on serving.
     #[error("{0}")]
     DeviceOutOfMemory(Shed),
+    /// The caller's tenant is over one of its limits (requests or tokens per second,
+    /// concurrent requests; see `ServeConfig::tenants_file`): answered 429 with `Retry-After`
+    /// for when the limit has room again.
+    #[error("{0}")]
+    RateLimited(Shed),
     /// The model's batch queue is shutting down: retry elsewhere. Answered 503 with
     /// `Retry-After`.
     #[error("{0}")]
@@ -86,6 +91,11 @@ pub enum Error {
     /// The server configuration is invalid (at startup).
     #[error("configuration: {0}")]
     Config(String),
+    /// The tenants file cannot be read, is not TOML of its format, or breaks one of its
+    /// rules (a duplicate name or key, a limit that is not positive); the message says
+    /// where. At startup the server does not start; on a reload the tenants in force stay.
+    #[error("tenants file: {0}")]
+    Tenants(String),
     /// A graceful shutdown did not finish within the configured `drain_timeout`: requests
     /// were still open (a stuck model, a client that never finished its request). They are
     /// abandoned when the runtime stops; stop it with a bound too
@@ -165,6 +175,7 @@ impl Error {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -175,17 +186,21 @@ impl Error {
         streampool_core::Error::from_batch(e).into()
     }
 
-    /// When a client should retry: the queue's estimate for a load refusal, a second while
-    /// shutting down; `None` for errors a retry would not cure.
+    /// When a client should retry: the queue's estimate for a load refusal, when the
+    /// tenant's limit has room, a second while shutting down; `None` for errors a retry
+    /// would not cure.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::Overloaded(shed) | Error::DeviceOutOfMemory(shed) => Some(shed.retry_after),
+            Error::Overloaded(shed) | Error::DeviceOutOfMemory(shed) | Error::RateLimited(shed) => {
+                Some(shed.retry_after)
+            }
             Error::Unavailable(_) => Some(Duration::from_secs(1)),
             _ => None,
         }
     }
 
-    /// The response with `body` as JSON, this error's status, and `Retry-After` on 503.
+    /// The response with `body` as JSON, this error's status, and `Retry-After` on 503 and
+    /// 429.
     pub(crate) fn respond_with(&self, body: serde_json::Value) -> Response {
         let mut resp = (self.status(), axum::Json(body)).into_response();
         if let Some(d) = self.retry_after() {

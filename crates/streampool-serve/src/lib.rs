@@ -23,10 +23,14 @@
 //!
 //! Several [`ModelSpec`]s with one name are replicas of one model (one per device).
 //!
+//! Keys ([`tenants`]): none, one [`ApiKey`], or a file of tenants, each with its key, the
+//! models it may call and optional limits, re-read while serving.
+//!
 //! Errors ([`Error`]): bad input 400 (`{"error": "..."}`), missing or wrong API key 401,
-//! unknown model 404, body not received in time 408, body or tensors over the limit 413, a
-//! non-finite model answer 422 (never `null` under 200), a handler panic 500 (that request
-//! only), full queue 503 with `Retry-After`, timeout 504; TEI's routes answer in TEI's
+//! unknown model (or one the key's tenant may not call) 404, body not received in time 408,
+//! body or tensors over the limit 413, a non-finite model answer 422 (never `null` under
+//! 200), the key's tenant over one of its limits 429 with `Retry-After`, a handler panic 500
+//! (that request only), full queue 503 with `Retry-After`, timeout 504; TEI's routes answer in TEI's
 //! format and statuses (413/422/429/424, see `tei.rs`). Shutdown
 //! ([`ServerHandle::shutdown`], or SIGINT/SIGTERM with [`ServerHandle::run_until_signal`])
 //! drains: new connections are refused, every request already accepted is answered, within
@@ -71,6 +75,7 @@ mod rerank;
 mod server;
 mod state;
 mod tei;
+pub mod tenants;
 
 pub use auth::ApiKey;
 pub use body::Body;
@@ -88,3 +93,4 @@ pub use streampool_core::{
     ClassifierEndpoint, EmbedderEndpoint, ForwardFn, ModelSpec, Registry, ServedModel,
     TensorEndpoint, TensorModel,
 };
+pub use tenants::{Caller, Tenant, Tenants};

@@ -14,6 +14,7 @@ use crate::deadline::Arrival;
 use crate::error::bounded_message;
 use crate::metrics::{phase, Phase};
 use crate::state::AppState;
+use crate::tenants::{Caller, Kind};
 use crate::{Error, Result};
 use streampool_core::ServedModel;
 use streampool_nn::Quoted;
@@ -82,6 +83,7 @@ impl IntoResponse for OpenAiError {
 /// special tokens and prompts included.
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, OpenAiError> {
@@ -90,15 +92,13 @@ pub async fn embeddings(
     let Body(body) = body?;
     let req: EmbeddingsRequest = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("malformed embeddings request: {e}")))?;
-    let name = match req.model.as_deref() {
-        Some(name) => name.to_string(),
-        None => state
-            .registry
-            .first_embedder()
-            .ok_or_else(|| Error::NotFound("no embedding model is served".into()))?
-            .to_string(),
+    let name = match req.model {
+        Some(name) => name,
+        None => caller
+            .first(&state.registry, Kind::Embedder)
+            .ok_or_else(|| Error::NotFound("no embedding model is served".into()))?,
     };
-    let model = state.registry.get(&name)?;
+    let model = caller.model(&state.registry, &name)?;
     let ServedModel::Embedder(e) = &*model else {
         return Err(Error::BadRequest(format!(
             "model {} is not an embedding model",
@@ -142,6 +142,7 @@ pub async fn embeddings(
     };
     phase(Phase::Tokenize);
     let tokens: usize = ids.iter().map(Vec::len).sum();
+    caller.charge_tokens(tokens);
     let vectors = e.embed(ids, deadline).await?;
     phase(Phase::Queue);
     let data: Vec<Item> = vectors
@@ -172,11 +173,12 @@ pub async fn embeddings(
     Ok(resp)
 }
 
-/// `GET /v1/models`: every served model in OpenAI's list format.
-pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+/// `GET /v1/models`: every served model the caller may call, in OpenAI's list format.
+pub async fn models(State(state): State<Arc<AppState>>, caller: Caller) -> Json<Value> {
     let data: Vec<Value> = state
         .registry
         .iter()
+        .filter(|(name, _)| caller.may_call(name))
         .map(|(name, _)| model_object(&state, name))
         .collect();
     Json(json!({ "object": "list", "data": data }))
@@ -185,9 +187,10 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
 /// `GET /v1/models/{id}`: one model, or OpenAI's 404 error.
 pub async fn model(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> std::result::Result<Json<Value>, OpenAiError> {
-    state.registry.get(&id)?;
+    caller.model(&state.registry, &id)?;
     Ok(Json(model_object(&state, &id)))
 }
 

@@ -23,6 +23,7 @@ use crate::deadline::Arrival;
 use crate::metrics::{phase, Phase};
 use crate::openai::OpenAiError;
 use crate::state::AppState;
+use crate::tenants::{Caller, Kind};
 use crate::Error;
 use streampool_core::ServedModel;
 use streampool_nn::Quoted;
@@ -105,13 +106,14 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// `POST /v1/rerank`: see the module docs.
 pub async fn rerank(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, OpenAiError> {
     phase(Phase::Read);
     let deadline = arrival.deadline(state.config.request_timeout);
     let Body(body) = body?;
-    let req: RerankRequest = serde_json::from_slice(&body)
+    let mut req: RerankRequest = serde_json::from_slice(&body)
         .map_err(|e| Error::BadRequest(format!("malformed rerank request: {e}")))?;
     if req.max_chunks_per_doc.is_some() {
         return Err(Error::BadRequest(
@@ -121,17 +123,14 @@ pub async fn rerank(
         )
         .into());
     }
-    let name = match req.model.as_deref() {
-        Some(name) => name.to_string(),
+    let name = match req.model.take() {
+        Some(name) => name,
         // The first reranker: a classifier of one label.
-        None => state
-            .registry
-            .iter()
-            .find(|(_, m)| matches!(m, ServedModel::Classifier(c) if c.labels().len() == 1))
-            .map(|(name, _)| name.to_string())
+        None => caller
+            .first(&state.registry, Kind::Reranker)
             .ok_or_else(|| Error::NotFound("no reranker model is served".into()))?,
     };
-    let model = state.registry.get(&name)?;
+    let model = caller.model(&state.registry, &name)?;
     let ServedModel::Classifier(c) = &*model else {
         return Err(Error::BadRequest(format!("model {} is not a reranker", Quoted(&name))).into());
     };
@@ -166,6 +165,7 @@ pub async fn rerank(
         .tokenize_ranked(&req.query, texts, req.truncate.unwrap_or(true), deadline)
         .await?;
     let total_tokens = tokens.iter().map(|(ids, _)| ids.len()).sum();
+    caller.charge_tokens(total_tokens);
     phase(Phase::Tokenize);
     let logits = c.logits(tokens, deadline).await?;
     phase(Phase::Queue);

@@ -13,7 +13,9 @@ use tokio::task::JoinHandle;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::state::AppState;
-use crate::{auth, connections, kserve, metrics, openai, rerank, tei, Error, Result, ServeConfig};
+use crate::{
+    auth, connections, kserve, metrics, openai, rerank, tei, tenants, Error, Result, ServeConfig,
+};
 use streampool_core::ModelSpec;
 
 /// Every route of the server on `state`: KServe v2 under `/v2`, OpenAI's `/v1/embeddings`
@@ -71,8 +73,9 @@ pub fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
 /// - a handler that panics answers 500 for its own request only (counted in
 ///   `streampool_http_panics_total`); the connection, the other requests and the server
 ///   go on;
-/// - the API key check, when [`ServeConfig::api_key`] is set (see the `auth` module: probes
-///   open, `/metrics` as [`ServeConfig::protect_metrics`] says);
+/// - the API key check, when [`ServeConfig::api_key`] or [`ServeConfig::tenants_file`] is
+///   set (see the `auth` module: probes open, `/metrics` as
+///   [`ServeConfig::protect_metrics`] says), with the key's tenant's limits;
 /// - the body size limit for any extractor (the handlers' own reader also enforces it, and
 ///   [`ServeConfig::body_timeout`]).
 ///
@@ -119,7 +122,8 @@ pub struct Server;
 impl Server {
     /// Loads the models' queues, binds `config.addr` and serves on the current tokio runtime
     /// until [`ServerHandle::shutdown`]. Port 0 binds a free port; [`ServerHandle::addr`]
-    /// says which.
+    /// says which. With [`ServeConfig::tenants_file`], a task re-reads the file every
+    /// [`ServeConfig::tenants_poll_interval`] until shutdown.
     ///
     /// Connections are HTTP/1 with keep-alive. One that has not sent its request headers
     /// within [`ServeConfig::header_read_timeout`] (from its accept, or from the first byte
@@ -160,6 +164,14 @@ impl Server {
             connections::Limits::new(&state.config),
             rx,
         ));
+        let reload = match (&state.tenants, &state.config.tenants_file) {
+            (Some(table), Some(path)) => Some(tenants::watch(
+                table,
+                path.clone(),
+                state.config.tenants_poll_interval,
+            )),
+            _ => None,
+        };
         let names: Vec<String> = state
             .registry()
             .iter()
@@ -171,6 +183,7 @@ impl Server {
             state,
             stop: tx,
             task,
+            reload,
         })
     }
 }
@@ -181,6 +194,8 @@ pub struct ServerHandle {
     state: Arc<AppState>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,
+    /// The task that re-reads the tenants file, if there is one.
+    reload: Option<JoinHandle<()>>,
 }
 
 impl ServerHandle {
@@ -206,6 +221,9 @@ impl ServerHandle {
         let limit = self.state.config.drain_timeout;
         tracing::info!(?limit, "shutting down: answering the requests in flight");
         self.state.begin_shutdown();
+        if let Some(reload) = &self.reload {
+            reload.abort();
+        }
         // The server may have ended on its own (an I/O error); its result says so below.
         let _ = self.stop.send(());
         let (task, state) = (self.task, self.state);

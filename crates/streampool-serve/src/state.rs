@@ -5,14 +5,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::metrics::Metrics;
+use crate::tenants::{TenantTable, Tenants};
 use crate::{Result, ServeConfig};
 use streampool_core::{ModelSpec, Registry};
 
-/// What every handler shares: the models, the settings and the metrics.
+/// What every handler shares: the models, the settings, the tenants and the metrics.
 pub struct AppState {
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: ServeConfig,
     pub(crate) metrics: Metrics,
+    /// The API keys (the tenants file, or the single key as one tenant); `None`: no key
+    /// needed.
+    pub(crate) tenants: Option<Arc<TenantTable>>,
     /// Set once shutdown begins: readiness then answers 503 so balancers stop sending.
     shutting_down: AtomicBool,
     /// When the models were loaded (OpenAI's `created` of `/v1/models`), Unix seconds.
@@ -20,12 +24,23 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Validates `config` and starts one batch queue per model.
+    /// Validates `config`, reads its tenants file if it has one, and starts one batch queue
+    /// per model.
     pub fn new(config: ServeConfig, models: Vec<ModelSpec>) -> Result<Arc<Self>> {
         config.validate()?;
+        let tenants = match (&config.tenants_file, &config.api_key) {
+            (Some(path), _) => Some(Arc::new(TenantTable::from_file(path)?)),
+            (None, Some(key)) => Some(Arc::new(TenantTable::new(Tenants::single(key)))),
+            (None, None) => None,
+        };
         let registry = Arc::new(Registry::new(models, &config.model_config())?);
+        let mut metrics = Metrics::new(registry.clone());
+        if let Some(table) = &tenants {
+            metrics.register_tenants(table.clone());
+        }
         Ok(Arc::new(Self {
-            metrics: Metrics::new(registry.clone()),
+            metrics,
+            tenants,
             registry,
             config,
             shutting_down: AtomicBool::new(false),
@@ -38,6 +53,11 @@ impl AppState {
     /// The served models.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The tenants in force now (`None`: the server needs no key).
+    pub fn tenants(&self) -> Option<Arc<Tenants>> {
+        self.tenants.as_ref().map(|t| t.snapshot())
     }
 
     /// The server's metrics (e.g. to turn on [`Metrics::set_phase_timing`]).

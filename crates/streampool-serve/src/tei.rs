@@ -2,7 +2,7 @@
 //! `POST /predict`, `GET /info` and `GET /health`, with TEI's request and response shapes and
 //! status codes, so a TEI client switches by changing only the base URL. `/embed` serves the
 //! first embedder, `/rerank` and `/predict` the first classifier (TEI serves one model per
-//! server).
+//! server): the first the caller's tenant may call, when keys are per tenant.
 //!
 //! Errors are TEI's `{"error": "...", "error_type": "..."}` with TEI's statuses:
 //!
@@ -13,7 +13,7 @@
 //! | tokenizer failure | 422 | `tokenizer` |
 //! | empty `inputs` or `texts` | 400 | `empty` |
 //! | `/rerank` on a classifier of more than one label | 422 | `validation` |
-//! | queue full | 429 | `overloaded` |
+//! | queue full, or the tenant over a limit | 429 | `overloaded` |
 //! | shutting down | 503 | `unhealthy` |
 //! | model failure, no embedder served | 424 | `backend` |
 //! | request timeout | 504 | `backend` |
@@ -35,6 +35,7 @@ use crate::body::Body;
 use crate::deadline::Arrival;
 use crate::metrics::{phase, Phase};
 use crate::state::AppState;
+use crate::tenants::{Caller, Kind};
 use crate::Error;
 use streampool_core::{ClassifierEndpoint, ServedModel};
 
@@ -98,7 +99,9 @@ impl From<Error> for TeiError {
             Error::BadRequest(_) | Error::NotFound(_) => {
                 (StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Validation)
             }
-            Error::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorType::Overloaded),
+            Error::Overloaded(_) | Error::RateLimited(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, ErrorType::Overloaded)
+            }
             // TEI has no kind of its own for memory; 503 with Retry-After as on every route.
             Error::DeviceOutOfMemory(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorType::Backend),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorType::Unhealthy),
@@ -166,6 +169,7 @@ struct EmbedRequest {
 /// JSON list with one list of floats per input, in order.
 pub async fn embed(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
@@ -174,16 +178,9 @@ pub async fn embed(
     let Body(body) = body?;
     let req: EmbedRequest = parse(&body, "embed")?;
     check_direction(req.truncation_direction.as_deref())?;
-    let name = state.registry.first_embedder().ok_or_else(|| {
-        TeiError::new(
-            StatusCode::FAILED_DEPENDENCY,
-            ErrorType::Backend,
-            "no embedding model is served",
-        )
-    })?;
-    let model = state.registry.get(name)?;
+    let model = default_model(&state, &caller, Kind::Embedder)?;
     let ServedModel::Embedder(e) = &*model else {
-        // `first_embedder` named an embedder.
+        // `default_model` named an embedder.
         return Err(Error::Internal("first embedder is not an embedder".into()).into());
     };
     e.check_dimensions(req.dimensions)
@@ -225,6 +222,7 @@ pub async fn embed(
         }
     };
     phase(Phase::Tokenize);
+    caller.charge_tokens(ids.iter().map(Vec::len).sum());
     let normalize = req.normalize.unwrap_or(true);
     let vectors = e.embed_with(ids, normalize, deadline).await?;
     phase(Phase::Queue);
@@ -248,7 +246,7 @@ fn check_batch_size(n: usize, state: &AppState) -> std::result::Result<(), TeiEr
     Ok(())
 }
 
-/// The classifier endpoint of `model` (a model found by [`classifier`]).
+/// The classifier endpoint of `model` (a model found by [`default_model`]).
 fn as_classifier(model: &ServedModel) -> std::result::Result<&ClassifierEndpoint, TeiError> {
     match model {
         ServedModel::Classifier(c) => Ok(c),
@@ -256,16 +254,23 @@ fn as_classifier(model: &ServedModel) -> std::result::Result<&ClassifierEndpoint
     }
 }
 
-/// The first classifier, or TEI's 424 when none is served.
-fn classifier(state: &AppState) -> std::result::Result<Arc<ServedModel>, TeiError> {
-    let name = state.registry.first_classifier().ok_or_else(|| {
+/// The first model of `kind` the caller may call, or TEI's 424 when none is served.
+fn default_model(
+    state: &AppState,
+    caller: &Caller,
+    kind: Kind,
+) -> std::result::Result<Arc<ServedModel>, TeiError> {
+    let name = caller.first(&state.registry, kind).ok_or_else(|| {
         TeiError::new(
             StatusCode::FAILED_DEPENDENCY,
             ErrorType::Backend,
-            "no reranker or classifier model is served",
+            match kind {
+                Kind::Embedder => "no embedding model is served",
+                Kind::Classifier | Kind::Reranker => "no reranker or classifier model is served",
+            },
         )
     })?;
-    Ok(state.registry.get(name)?)
+    Ok(caller.model(&state.registry, &name)?)
 }
 
 /// Too long without truncation is TEI's 413 validation error; other refusals of an input
@@ -309,6 +314,7 @@ struct Rank {
 /// pairs go through the model's batch queue like any other inputs.
 pub async fn rerank(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
@@ -317,7 +323,7 @@ pub async fn rerank(
     let Body(body) = body?;
     let mut req: RerankRequest = parse(&body, "rerank")?;
     check_direction(req.truncation_direction.as_deref())?;
-    let model = classifier(&state)?;
+    let model = default_model(&state, &caller, Kind::Classifier)?;
     let c = as_classifier(&model)?;
     if c.labels().len() != 1 {
         return Err(TeiError::validation(format!(
@@ -346,6 +352,7 @@ pub async fn rerank(
         .await
         .map_err(refused)?;
     phase(Phase::Tokenize);
+    caller.charge_tokens(tokens.iter().map(|(ids, _)| ids.len()).sum());
     let logits = c.logits(tokens, deadline).await?;
     phase(Phase::Queue);
     let mut ranks: Vec<Rank> = logits
@@ -454,6 +461,7 @@ fn predict_inputs(v: Value) -> std::result::Result<(Vec<Item>, bool), TeiError> 
 /// list of such lists, in order.
 pub async fn predict(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
@@ -462,7 +470,7 @@ pub async fn predict(
     let Body(body) = body?;
     let req: PredictRequest = parse(&body, "predict")?;
     check_direction(req.truncation_direction.as_deref())?;
-    let model = classifier(&state)?;
+    let model = default_model(&state, &caller, Kind::Classifier)?;
     let c = as_classifier(&model)?;
     let (items, single) = predict_inputs(req.inputs)?;
     check_batch_size(items.len(), &state)?;
@@ -473,6 +481,7 @@ pub async fn predict(
         .await
         .map_err(refused)?;
     phase(Phase::Tokenize);
+    caller.charge_tokens(tokens.iter().map(|(ids, _)| ids.len()).sum());
     let logits = c.logits(tokens, deadline).await?;
     phase(Phase::Queue);
     let labels = c.labels();
@@ -506,21 +515,26 @@ pub async fn predict(
 /// embedder is served, else `/predict` (`huggingface_hub`'s `InferenceClient` posts here).
 pub async fn root(
     state: State<Arc<AppState>>,
+    caller: Caller,
     arrival: Arrival,
     body: std::result::Result<Body, Error>,
 ) -> std::result::Result<Response, TeiError> {
-    if state.registry.first_embedder().is_none() && state.registry.first_classifier().is_some() {
-        return predict(state, arrival, body).await;
+    let first = |kind| caller.first(&state.registry, kind);
+    if first(Kind::Embedder).is_none() && first(Kind::Classifier).is_some() {
+        return predict(state, caller, arrival, body).await;
     }
-    embed(state, arrival, body).await
+    embed(state, caller, arrival, body).await
 }
 
 /// `GET /info`: TEI's model and router facts for the first embedder (or, serving none, the
 /// first classifier).
-pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Response, TeiError> {
-    if state.registry.first_embedder().is_none() {
-        if let Some(name) = state.registry.first_classifier() {
-            let model = state.registry.get(name)?;
+pub async fn info(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> std::result::Result<Response, TeiError> {
+    if caller.first(&state.registry, Kind::Embedder).is_none() {
+        if let Some(name) = caller.first(&state.registry, Kind::Classifier) {
+            let model = caller.model(&state.registry, &name)?;
             let c = as_classifier(&model)?;
             let id2label: serde_json::Map<String, Value> = c
                 .labels()
@@ -535,7 +549,7 @@ pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Res
             };
             return Ok(Json(info_body(
                 &state,
-                name,
+                &name,
                 kind,
                 c.max_seq_len(),
                 c.truncates(),
@@ -544,21 +558,23 @@ pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Res
             .into_response());
         }
     }
-    let name = state.registry.first_embedder().ok_or_else(|| {
-        TeiError::new(
-            StatusCode::FAILED_DEPENDENCY,
-            ErrorType::Backend,
-            "no embedding model is served",
-        )
-    })?;
-    let model = state.registry.get(name)?;
+    let name = caller
+        .first(&state.registry, Kind::Embedder)
+        .ok_or_else(|| {
+            TeiError::new(
+                StatusCode::FAILED_DEPENDENCY,
+                ErrorType::Backend,
+                "no embedding model is served",
+            )
+        })?;
+    let model = caller.model(&state.registry, &name)?;
     let ServedModel::Embedder(e) = &*model else {
         return Err(Error::Internal("first embedder is not an embedder".into()).into());
     };
     let kind = json!({"embedding": {"pooling": e.pooling_name()}});
     Ok(Json(info_body(
         &state,
-        name,
+        &name,
         kind,
         e.max_seq_len(),
         e.truncates(),

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::body::Body;
 use crate::deadline::Arrival;
 use crate::state::AppState;
+use crate::tenants::Caller;
 use crate::{Error, Result};
 use streampool_core::{ClassifierEndpoint, EmbedderEndpoint, ServedModel, TensorEndpoint};
 use tensors::{Data, InferRequest, Input, Output, HEADER_LENGTH};
@@ -45,9 +46,10 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> StatusCode {
 /// `GET /v2/models/{name}/ready`.
 pub async fn model_ready(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    state.registry.get(&name)?;
+    caller.model(&state.registry, &name)?;
     Ok(if state.is_ready() {
         StatusCode::OK
     } else {
@@ -58,18 +60,20 @@ pub async fn model_ready(
 /// `GET /v2/models/{name}/versions/{version}/ready`.
 pub async fn model_version_ready(
     state: State<Arc<AppState>>,
+    caller: Caller,
     Path((name, version)): Path<(String, String)>,
 ) -> Result<StatusCode> {
     check_version(&version)?;
-    model_ready(state, Path(name)).await
+    model_ready(state, caller, Path(name)).await
 }
 
 /// `GET /v2/models/{name}`: inputs and outputs with their datatypes and shapes (-1: any).
 pub async fn model_metadata(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<Value>> {
-    let model = state.registry.get(&name)?;
+    let model = caller.model(&state.registry, &name)?;
     let (inputs, outputs) = match &*model {
         ServedModel::Embedder(e) => (
             json!([
@@ -100,10 +104,11 @@ pub async fn model_metadata(
 /// `GET /v2/models/{name}/versions/{version}`.
 pub async fn model_version_metadata(
     state: State<Arc<AppState>>,
+    caller: Caller,
     Path((name, version)): Path<(String, String)>,
 ) -> Result<Json<Value>> {
     check_version(&version)?;
-    model_metadata(state, Path(name)).await
+    model_metadata(state, caller, Path(name)).await
 }
 
 fn check_version(version: &str) -> Result<()> {
@@ -120,6 +125,7 @@ fn check_version(version: &str) -> Result<()> {
 /// `POST /v2/models/{name}/infer`: JSON tensors, or the binary-data extension.
 pub async fn infer(
     State(state): State<Arc<AppState>>,
+    caller: Caller,
     Path(name): Path<String>,
     arrival: Arrival,
     headers: HeaderMap,
@@ -127,7 +133,7 @@ pub async fn infer(
 ) -> Result<Response> {
     let deadline = arrival.deadline(state.config.request_timeout);
     let Body(body) = body?;
-    let model = state.registry.get(&name)?;
+    let model = caller.model(&state.registry, &name)?;
     let header_len = headers.get(HEADER_LENGTH).and_then(|v| v.to_str().ok());
     let (json_part, binary) = tensors::split_body(&body, header_len)?;
     let req: InferRequest = serde_json::from_slice(json_part)
@@ -147,9 +153,11 @@ pub async fn infer(
                 }
             };
             let prompt = e.prompt(text_param("prompt_name")?, text_param("prompt")?)?;
-            infer_embedder(&state, e, inputs, prompt, deadline).await?
+            infer_embedder(&state, &caller, e, inputs, prompt, deadline).await?
         }
-        ServedModel::Classifier(c) => infer_classifier(&state, c, inputs, deadline).await?,
+        ServedModel::Classifier(c) => {
+            infer_classifier(&state, &caller, c, inputs, deadline).await?
+        }
         ServedModel::Tensor(t) => infer_tensor(&state, t, inputs, deadline).await?,
     };
     let outputs = select_outputs(&req, outputs)?;
@@ -177,13 +185,14 @@ pub async fn infer(
 /// `POST /v2/models/{name}/versions/{version}/infer`.
 pub async fn infer_version(
     state: State<Arc<AppState>>,
+    caller: Caller,
     Path((name, version)): Path<(String, String)>,
     arrival: Arrival,
     headers: HeaderMap,
     body: std::result::Result<Body, Error>,
 ) -> Result<Response> {
     check_version(&version)?;
-    infer(state, Path(name), arrival, headers, body).await
+    infer(state, caller, Path(name), arrival, headers, body).await
 }
 
 /// The outputs the request asked for (all when it names none), each flagged binary or not.
@@ -267,6 +276,7 @@ fn texts_of(state: &AppState, text: Input) -> Result<Vec<String>> {
 
 async fn infer_embedder(
     state: &AppState,
+    caller: &Caller,
     e: &EmbedderEndpoint,
     mut inputs: Vec<Input>,
     prompt: Option<String>,
@@ -287,6 +297,7 @@ async fn infer_embedder(
         return Err(Error::BadRequest(format!("this model takes {EXPECTED}")));
     };
     let rows = ids.len();
+    caller.charge_tokens(ids.iter().map(Vec::len).sum());
     let vectors = e.embed(ids, deadline).await?;
     Ok(vec![Output {
         name: "embedding".into(),
@@ -298,6 +309,7 @@ async fn infer_embedder(
 /// A classifier's `text` (BYTES [N]) to `logits` (FP32 [N, labels]).
 async fn infer_classifier(
     state: &AppState,
+    caller: &Caller,
     c: &ClassifierEndpoint,
     mut inputs: Vec<Input>,
     deadline: Instant,
@@ -311,6 +323,7 @@ async fn infer_classifier(
     let rows = texts.len();
     let items = texts.into_iter().map(|t| (t, None)).collect();
     let tokenized = c.tokenize_items(items, c.truncates(), deadline).await?;
+    caller.charge_tokens(tokenized.iter().map(|(ids, _)| ids.len()).sum());
     let logits = c.logits(tokenized, deadline).await?;
     Ok(vec![Output {
         name: "logits".into(),

@@ -24,9 +24,13 @@
 //! | `streampool_queue_latency_seconds`, `streampool_queue_wait_seconds` | gauge | `model`, `device`, `quantile` |
 //! | `streampool_replicas`, `streampool_ready` | gauge | `model` / none |
 //! | `streampool_http_phase_seconds` (only with [`Metrics::set_phase_timing`]) | histogram | `route`, `phase` (see `phases.rs`) |
+//! | `streampool_tenant_requests_total` (with keys) | counter | `tenant`, `outcome` (see `tenants.rs`) |
+//! | `streampool_tenant_tokens_total` (with keys) | counter | `tenant` |
+//! | `streampool_tenant_in_flight` (with keys) | gauge | `tenant` |
 
 mod http;
 mod phases;
+mod tenants;
 
 use std::sync::Arc;
 
@@ -146,6 +150,12 @@ impl Metrics {
             unauthorized,
             phases,
         }
+    }
+
+    /// Adds the per-tenant series of the tenants in `table` (read at each scrape).
+    pub(crate) fn register_tenants(&mut self, table: Arc<crate::tenants::TenantTable>) {
+        self.registry
+            .register_collector(Box::new(tenants::TenantCollector(table)));
     }
 
     /// Counts a request whose handler panicked.
