@@ -112,7 +112,32 @@ pub struct Args {
         hide_env_values = true
     )]
     api_key: Option<String>,
-    /// Require the API key on /metrics as well.
+    /// Several API keys, one per tenant, from this TOML file (e.g. a mounted Kubernetes
+    /// Secret), instead of one key. Each `[[tenant]]` has a `name` (shown in /metrics,
+    /// never the key), exactly one of `key = "..."` or `key_sha256 = "<64 hex digits>"`
+    /// (the SHA-256 of the key: `printf %s "$KEY" | sha256sum`), and optionally
+    /// `models = ["name", ...]` (absent or ["*"]: every model; any other model answers 404
+    /// as if absent), `requests_per_second = 50.0`, `tokens_per_second = 200000.0` (token
+    /// buckets of one second's burst) and `max_concurrent = 8`; past a limit: 429 with
+    /// Retry-After. The file is re-read every --tenants-poll-s and its changes apply at
+    /// once; a file that does not parse is logged and the tenants in force stay. Example:
+    ///
+    ///   [[tenant]]
+    ///   name = "search"
+    ///   key_sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    ///   models = ["all-MiniLM-L6-v2"]
+    ///   requests_per_second = 50.0
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["api_key", "api_key_file"],
+        verbatim_doc_comment
+    )]
+    tenants_file: Option<PathBuf>,
+    /// Seconds between two reads of --tenants-file.
+    #[arg(long, default_value_t = 2.0)]
+    tenants_poll_s: f64,
+    /// Require the API key (or a tenant's) on /metrics as well.
     #[arg(long)]
     protect_metrics: bool,
     /// Longest input in tokens [default: the model's own limit].
@@ -236,13 +261,16 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
         (None, Some(key)) => Some(ApiKey::new(key).context("--api-key / STREAMPOOL_API_KEY")?),
         (None, None) => None,
     };
-    if args.protect_metrics && api_key.is_none() {
-        anyhow::bail!("--protect-metrics needs an API key (--api-key-file or STREAMPOOL_API_KEY)");
+    let keyed = api_key.is_some() || args.tenants_file.is_some();
+    if args.protect_metrics && !keyed {
+        anyhow::bail!(
+            "--protect-metrics needs API keys (--api-key-file, --tenants-file or STREAMPOOL_API_KEY)"
+        );
     }
-    if api_key.is_none() && !args.host.is_loopback() {
+    if !keyed && !args.host.is_loopback() {
         eprintln!(
             "warning: serving on {} without an API key: anyone who reaches the port may call \
-             the models (--api-key-file)",
+             the models (--api-key-file, --tenants-file)",
             args.host
         );
     }
@@ -259,6 +287,9 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
             .context("--keep-alive-timeout-s")?,
         max_connections: super::fd_limit::fit_connections(args.max_connections, open_files),
         api_key,
+        tenants_file: args.tenants_file.clone(),
+        tenants_poll_interval: Duration::try_from_secs_f64(args.tenants_poll_s)
+            .context("--tenants-poll-s")?,
         protect_metrics: args.protect_metrics,
         max_seq_len: args.max_seq_len,
         truncate: args.truncate,

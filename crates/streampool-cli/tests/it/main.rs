@@ -3,3 +3,4 @@
 
 mod request_cost;
 mod soak;
+mod tenants;
