@@ -283,7 +283,8 @@ async fn requests_per_second_admit_the_rate_and_one_burst() {
 
     // Every protocol answers the refusal in its own format, with Retry-After. The bucket
     // is empty: the clients just drained it.
-    let checks: [(&str, Option<Value>, fn(&Value) -> bool); 3] = [
+    type Check = (&'static str, Option<Value>, fn(&Value) -> bool);
+    let checks: [Check; 3] = [
         ("/v1/models", None, |b| {
             b["error"]["message"]
                 .as_str()

@@ -423,9 +423,15 @@ impl TenantTable {
         let text = std::fs::read(path)
             .map_err(|e| Error::Tenants(format!("reading {}: {e}", path.display())))?;
         let table = Self::new(Tenants::default());
-        table
+        let count = table
             .reload(&text)
             .map_err(|e| Error::Tenants(format!("{}: {e}", path.display())))?;
+        if count == Some(0) {
+            tracing::warn!(
+                path = %path.display(),
+                "the tenants file has no tenants: every request that needs a key is refused"
+            );
+        }
         Ok(table)
     }
 
