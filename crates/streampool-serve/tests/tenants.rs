@@ -604,6 +604,10 @@ async fn a_bad_file_or_two_kinds_of_keys_stop_the_start() {
         matches!(&err, Error::Tenants(m) if m.contains("exactly one of")),
         "{err}"
     );
+    // The path once, the kind once: "tenants file: /tmp/.../bad.toml: tenant \"a\": ...".
+    let said = err.to_string();
+    assert_eq!(said.matches("tenants file").count(), 1, "{said}");
+    assert!(said.contains("bad.toml: tenant"), "{said}");
     let missing = std::env::temp_dir().join("sp-tenants-no-such-file.toml");
     let err = Server::start(config_with(missing), vec![])
         .await

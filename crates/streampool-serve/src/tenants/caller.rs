@@ -26,7 +26,7 @@ pub struct Caller(Option<Arc<Tenant>>);
 
 impl Caller {
     /// A request of `tenant`.
-    pub fn tenant(tenant: Arc<Tenant>) -> Self {
+    pub fn of(tenant: Arc<Tenant>) -> Self {
         Self(Some(tenant))
     }
 

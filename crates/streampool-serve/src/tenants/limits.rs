@@ -136,7 +136,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Every outcome, in the order of [`Outcome::index`].
+    /// Every outcome (the order of the counters kept per tenant).
     pub const ALL: [Outcome; 7] = [
         Outcome::Ok,
         Outcome::Limited,
