@@ -176,6 +176,7 @@ pub async fn embeddings(
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
     let data: Vec<Value> = state
         .registry
+        .snapshot()
         .iter()
         .map(|(name, _)| model_object(&state, name))
         .collect();

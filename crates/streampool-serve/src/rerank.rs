@@ -126,9 +126,10 @@ pub async fn rerank(
         // The first reranker: a classifier of one label.
         None => state
             .registry
-            .iter()
-            .find(|(_, m)| matches!(m, ServedModel::Classifier(c) if c.labels().len() == 1))
-            .map(|(name, _)| name.to_string())
+            .snapshot()
+            .into_iter()
+            .find(|(_, m)| matches!(&**m, ServedModel::Classifier(c) if c.labels().len() == 1))
+            .map(|(name, _)| name)
             .ok_or_else(|| Error::NotFound("no reranker model is served".into()))?,
     };
     let model = state.registry.get(&name)?;

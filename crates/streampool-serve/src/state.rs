@@ -6,13 +6,16 @@ use std::sync::Arc;
 
 use crate::metrics::Metrics;
 use crate::{Result, ServeConfig};
-use streampool_core::{ModelSpec, Registry};
+use streampool_core::{ModelLoader, ModelSpec, Registry};
 
 /// What every handler shares: the models, the settings and the metrics.
 pub struct AppState {
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: ServeConfig,
     pub(crate) metrics: Metrics,
+    /// Loads and unloads models at run time (the repository routes); `None`: the set is
+    /// fixed at start-up and the repository routes answer 404.
+    pub(crate) loader: Option<Arc<ModelLoader>>,
     /// Set once shutdown begins: readiness then answers 503 so balancers stop sending.
     shutting_down: AtomicBool,
     /// When the models were loaded (OpenAI's `created` of `/v1/models`), Unix seconds.
@@ -22,10 +25,26 @@ pub struct AppState {
 impl AppState {
     /// Validates `config` and starts one batch queue per model.
     pub fn new(config: ServeConfig, models: Vec<ModelSpec>) -> Result<Arc<Self>> {
+        Self::with_loader(config, models, None)
+    }
+
+    /// Like [`new`](Self::new), plus a model loader, which serves the model repository
+    /// routes (`/v2/repository/...`: load, replace and unload while serving). With a
+    /// loader the server may start with no model (load them through it, before or after
+    /// the socket opens).
+    pub fn with_loader(
+        config: ServeConfig,
+        models: Vec<ModelSpec>,
+        loader: Option<Arc<ModelLoader>>,
+    ) -> Result<Arc<Self>> {
         config.validate()?;
         let registry = Arc::new(Registry::new(models, &config.model_config())?);
+        if registry.is_empty() && loader.is_none() {
+            return Err(crate::Error::Config("no models to serve".into()));
+        }
         Ok(Arc::new(Self {
             metrics: Metrics::new(registry.clone()),
+            loader,
             registry,
             config,
             shutting_down: AtomicBool::new(false),
@@ -46,11 +65,20 @@ impl AppState {
     }
 
     /// Ready to serve: not shutting down, and every replica of every model loaded and
-    /// accepting (models are loaded before the socket opens; a replica whose queue was shut
-    /// down makes the server unready).
+    /// accepting (start-up models are loaded before the socket opens; a replica whose queue
+    /// was shut down makes the server unready).
     pub(crate) fn is_ready(&self) -> bool {
         !self.shutting_down.load(Ordering::Acquire)
-            && self.registry.iter().all(|(_, m)| m.is_accepting())
+            && self
+                .registry
+                .snapshot()
+                .iter()
+                .all(|(_, m)| m.is_accepting())
+    }
+
+    /// The model loader, when the server manages a repository.
+    pub fn loader(&self) -> Option<&Arc<ModelLoader>> {
+        self.loader.as_ref()
     }
 
     /// When the models were loaded, in Unix seconds.

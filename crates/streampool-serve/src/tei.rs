@@ -181,7 +181,7 @@ pub async fn embed(
             "no embedding model is served",
         )
     })?;
-    let model = state.registry.get(name)?;
+    let model = state.registry.get(&name)?;
     let ServedModel::Embedder(e) = &*model else {
         // `first_embedder` named an embedder.
         return Err(Error::Internal("first embedder is not an embedder".into()).into());
@@ -265,7 +265,7 @@ fn classifier(state: &AppState) -> std::result::Result<Arc<ServedModel>, TeiErro
             "no reranker or classifier model is served",
         )
     })?;
-    Ok(state.registry.get(name)?)
+    Ok(state.registry.get(&name)?)
 }
 
 /// Too long without truncation is TEI's 413 validation error; other refusals of an input
@@ -520,7 +520,7 @@ pub async fn root(
 pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Response, TeiError> {
     if state.registry.first_embedder().is_none() {
         if let Some(name) = state.registry.first_classifier() {
-            let model = state.registry.get(name)?;
+            let model = state.registry.get(&name)?;
             let c = as_classifier(&model)?;
             let id2label: serde_json::Map<String, Value> = c
                 .labels()
@@ -535,7 +535,7 @@ pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Res
             };
             return Ok(Json(info_body(
                 &state,
-                name,
+                &name,
                 kind,
                 c.max_seq_len(),
                 c.truncates(),
@@ -551,14 +551,14 @@ pub async fn info(State(state): State<Arc<AppState>>) -> std::result::Result<Res
             "no embedding model is served",
         )
     })?;
-    let model = state.registry.get(name)?;
+    let model = state.registry.get(&name)?;
     let ServedModel::Embedder(e) = &*model else {
         return Err(Error::Internal("first embedder is not an embedder".into()).into());
     };
     let kind = json!({"embedding": {"pooling": e.pooling_name()}});
     Ok(Json(info_body(
         &state,
-        name,
+        &name,
         kind,
         e.max_seq_len(),
         e.truncates(),
