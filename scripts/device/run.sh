@@ -12,10 +12,12 @@
 #   $D/before                   optional: an older CLI; `forward`, `served` and `cpu` then run it
 #                               interleaved with the new one (same call, same machine)
 #   $D/minilm-fp16/             all-MiniLM-L6-v2 in fp16 (scripts/make_fp16_minilm.py); its
-#                               model.safetensors may be .xz. Or $D/minilm-header.bin alone: the
-#                               safetensors header, and the step writes random weights of those
-#                               names, shapes and dtypes (speed only: the kernels and shapes are
-#                               the same, the values are not)
+#                               model.safetensors may be .xz. Or, where the weights and the
+#                               binaries do not fit one carry: $D/minilm-shape/ (that folder
+#                               without model.safetensors) and $D/minilm-header.bin (the
+#                               safetensors header: its first 8 + N bytes, N the little-endian
+#                               u64 in its first 8); the steps then run random weights of those
+#                               names, shapes and dtypes (speed only: same kernels, same shapes)
 #   $D/tests/NAME               test binaries (cargo test --release --no-run ...), named after their
 #                               test target; streampool-nn's prefixed nn- (nn-cuda, nn-wgpu); `lib`
 #                               for the streampool crate's unit tests
@@ -58,8 +60,9 @@
 #   wgpu       through the Vulkan driver: `check`, the wgpu suite (STREAMPOOL_WGPU_COOP_MATRIX
 #              as COOP) and WGPU_PARALLEL copies at once, the matmul table (wgpu_bench: FMA and
 #              matrix-unit kernels next to cuBLAS), MiniLM f16 forward FMA against matrix units
-#              (ROUNDS) and CUDA, the GPU profile per kernel, the MLP batch-1 call floor, and
-#              the streampool-nn wgpu suite with the real model (WGPU_PARTS picks)
+#              (ROUNDS; the older CLI's too, when carried) and CUDA, the GPU profile per kernel
+#              and the walls without it, the MLP batch-1 call floor, and the streampool-nn wgpu
+#              suite with the real model (WGPU_PARTS picks)
 #   python     bench/python_embedder.py: the Python package from N threads against
 #              sentence-transformers
 #
@@ -622,13 +625,17 @@ step_wgpu() {
         tail -14 "$OUT/wgpu-matmul.md"
     fi
     if has forward && model; then
+        local fwd=(--device wgpu --dtype f16 --minilm "$M" --workloads minilm32,minilm128 --scenarios forward
+            --forward-batches 64,512 --seconds 1)
         for r in $(seq 1 "$ROUNDS"); do
+            if [ -n "$BEFORE" ] && room "wgpu forward before $r" 40; then
+                STREAMPOOL_WGPU_COOP_MATRIX=0 bench "wgpu-before-$r" "$BEFORE" "${fwd[@]}"
+            fi
             for v in fma coop; do
                 c=0
                 [ $v = coop ] && c=1
                 room "wgpu forward $v $r" 40 || continue
-                STREAMPOOL_WGPU_COOP_MATRIX=$c bench "wgpu-$v-$r" "$CLI" --device wgpu --dtype f16 --minilm "$M" \
-                    --workloads minilm32,minilm128 --scenarios forward --forward-batches 64,512 --seconds 1
+                STREAMPOOL_WGPU_COOP_MATRIX=$c bench "wgpu-$v-$r" "$CLI" "${fwd[@]}"
             done
         done
         bench cuda-f16 "$CLI" --device cuda --dtype f16 --minilm "$M" --workloads minilm32,minilm128 \
@@ -651,10 +658,11 @@ step_wgpu() {
             --loop-forward 50 >"$OUT/cuda-wall.txt" 2>&1
     fi
     if has mlp; then
+        local mlp=(--device wgpu --workloads mlp --scenarios ceiling --ceiling-batches 1,64 --threads 1 --seconds 2)
         for r in $(seq 1 "$ROUNDS"); do
             room "mlp floor $r" 20 || break
-            bench "wgpu-mlp-$r" "$CLI" --device wgpu --workloads mlp --scenarios ceiling --ceiling-batches 1,64 \
-                --threads 1 --seconds 2
+            [ -n "$BEFORE" ] && bench "wgpu-mlp-before-$r" "$BEFORE" "${mlp[@]}"
+            bench "wgpu-mlp-$r" "$CLI" "${mlp[@]}"
         done
     fi
     if has nn && [ -x "$WORK/tests/nn-wgpu" ] && [ -d "$D/minilm-fp16" ] && model; then
