@@ -335,7 +335,7 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
         let began = Instant::now();
         let server = Server::serve_state(state).await?;
         phases.add("queues started, socket bound", began.elapsed());
-        // The figure an autoscaler waits for (issue 19): launch to ready, phase by phase.
+        // The figure an autoscaler waits for: launch to ready, phase by phase.
         tracing::info!("startup: ready after {}", phases.summary());
         server.state().metrics().set_phase_timing(args.phase_timing);
         // One plain line on stdout, so scripts can learn the port when it was 0.

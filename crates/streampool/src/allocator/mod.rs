@@ -34,7 +34,8 @@
 //! section. So a requester that sees no room and nothing in flight knows no room is about
 //! to appear; one that sees something in flight waits for it instead of failing. (Before
 //! this, a block taken off its list to be released was invisible to a second requester
-//! until the release was accounted, and that requester failed at the limit: issue #13.)
+//! until the release was accounted, and that requester failed at the limit, a spurious
+//! out-of-memory; `loom_allocator_requests_at_the_limit_wait_for_releases_in_flight` shows it.)
 //!
 //! **Lazy guards.** Where events cost a driver call (CUDA), a block used by one stream only
 //! is freed with a *lazy* guard: no event, just "stream `t` used it up to now". Its own
