@@ -442,6 +442,30 @@ mod tests {
     }
 
     #[test]
+    fn queues_on_one_device_share_its_scheduler() {
+        use crate::{BatchConfig, BatchQueue, RowModel};
+        use streampool::{Device, DeviceConfig, Tensor};
+        let dev = Device::cpu_with(DeviceConfig::default()).unwrap();
+        let queue = |priority| {
+            let w = Tensor::randn(&[4, 3], 7, &dev).unwrap();
+            let model = RowModel::new(dev.clone(), 4, move |x: &Tensor| x.matmul(&w));
+            let config = BatchConfig {
+                priority,
+                ..BatchConfig::default()
+            };
+            BatchQueue::new(model, config).unwrap()
+        };
+        let (high, low) = (queue(Priority::High), queue(Priority::Low));
+        for _ in 0..3 {
+            high.infer(vec![1.0; 4]).unwrap();
+        }
+        low.infer(vec![1.0; 4]).unwrap();
+        let s = DeviceScheduler::for_device(&dev, 1).stats();
+        assert_eq!((s.granted[2], s.granted[0]), (3, 1));
+        assert_eq!(s.running, 0);
+    }
+
+    #[test]
     fn an_idle_queue_banks_no_credit() {
         let s = DeviceScheduler::new(1);
         let busy = s.share(Priority::Normal, 1);

@@ -12,7 +12,8 @@
 //! **Loading** reads a folder on the calling (blocking) thread: settings, a memory check,
 //! weights on every device at once, a warm-up, then one swap in the registry, so requests to
 //! the other models never wait for it. Loads run one at a time: the memory a model holds is
-//! measured as the device allocator's live bytes grown across its load and warm-up.
+//! what its loading thread left allocated on the device (weights, graph pools its warm-up
+//! captured), counted per thread so other models' requests running meanwhile do not blur it.
 //! **Replacing** a model (loading a name already served) loads the new copy beside the old
 //! one, swaps, then waits for the old one's in-flight requests before freeing it.
 //! **Unloading** removes the name at once (new requests: not found), waits for the requests
@@ -425,7 +426,8 @@ fn load_replica(
     dtype: ComputeDType,
     warm_up: Option<usize>,
 ) -> Result<(ModelSpec, u64)> {
-    let before = dev.allocator_stats().allocated;
+    // This thread's own allocations: other models' requests allocate meanwhile.
+    let before = streampool::allocator::thread_net_allocated();
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         Error::Config(format!(
             "{what} {name:?} from {} on {} as {dtype}: {e}",
@@ -461,8 +463,8 @@ fn load_replica(
             embedder: Arc::new(embedder),
         }
     };
-    let after = dev.allocator_stats().allocated;
-    Ok((spec, after.saturating_sub(before) as u64))
+    let held = streampool::allocator::thread_net_allocated() - before;
+    Ok((spec, held.max(0) as u64))
 }
 
 /// The bytes the weights in `dir`'s safetensors files take at `dtype` (half types: 2 per

@@ -148,9 +148,9 @@ impl ServedModel {
 pub struct ModelInfo {
     /// The folder it was loaded from, if any (`None`: built in code).
     pub source: Option<std::path::PathBuf>,
-    /// Device memory each replica holds, by device label (`cuda:0`, `cpu`): the allocator's
-    /// live bytes grown across the replica's load and warm-up (weights, and the graph pools
-    /// its warm-up captured). Empty when not measured.
+    /// Device memory each replica holds, by device label (`cuda:0`, `cpu`): what the
+    /// replica's loading thread left allocated across its load and warm-up (weights, and the
+    /// graph pools its warm-up captured). Empty when not measured.
     pub resident_bytes: Vec<(String, u64)>,
     /// Its class on its devices' schedulers.
     pub priority: streampool_batch::Priority,

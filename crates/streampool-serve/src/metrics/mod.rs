@@ -413,8 +413,8 @@ impl Collector for QueueCollector {
         let infos = self.models.snapshot_info();
         let mut family = e.encode_descriptor(
             "streampool_model_memory",
-            "Device memory a model's replica holds (weights and captured graph pools, measured \
-             across its load and warm-up)",
+            "Device memory a model's replica holds (weights and captured graph pools: what its \
+             loading thread left allocated)",
             Some(&Unit::Bytes),
             MetricType::Gauge,
         )?;
