@@ -18,7 +18,9 @@
 //!   with the smallest *virtual start* goes first (start-time fair queueing): each queue's
 //!   virtual time advances by `tokens / weight` per batch it runs, and a queue that was idle
 //!   starts from the device's current virtual time (it banks no credit while idle). Two
-//!   saturating queues of weights 3 and 1 get about 3/4 and 1/4 of the device's tokens.
+//!   saturating queues of weights 3 and 1 get about 3/4 and 1/4 of the device's tokens. A
+//!   queue counts as idle whenever none of its batches waits for a turn (the device is never
+//!   held for it): weights share a device whose queues keep batches waiting.
 //!
 //! A turn is a counted permit, not a lock: the scheduler's mutex is held only to update the
 //! counts and pick a waiter, never while a batch runs. Waiters block on a condition variable
@@ -415,15 +417,17 @@ mod tests {
 
     #[test]
     fn weights_share_the_tokens_of_a_saturated_device() {
-        // One slot, two queues always waiting: weight 3 gets ~3/4 of the turns (equal
-        // batch sizes), counted by who is granted while both wait.
+        // One slot, two queues of two workers each, so each queue has a batch waiting while
+        // its other one runs: weight 3 gets ~3/4 of the turns (equal batch sizes). (A queue
+        // with nothing waiting when a turn ends is idle: the turn goes to whoever waits.)
         let s = DeviceScheduler::new(1);
         let heavy = s.share(Priority::Normal, 3);
         let light = s.share(Priority::Normal, 1);
         let counts = Mutex::new([0usize; 2]);
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
-            for (i, share) in [&heavy, &light].into_iter().enumerate() {
+            for (i, share) in [&heavy, &heavy, &light, &light].into_iter().enumerate() {
+                let i = i / 2;
                 let (counts, stop) = (&counts, &stop);
                 scope.spawn(move || {
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {

@@ -253,7 +253,8 @@ pub fn run(args: Args) -> Result<()> {
             }
             let choice = choice.as_ref().expect("chosen just above");
             if encoder.is_none() {
-                let emb = EncoderWorkload::load(&dev, choice, dtype, args.embed_chunk, args.buckets)?;
+                let emb =
+                    EncoderWorkload::load(&dev, choice, dtype, args.embed_chunk, args.buckets)?;
                 let label = format!("{} {dtype}", choice.label);
                 labels.push(label.clone());
                 encoder = Some((emb, label));
