@@ -238,7 +238,7 @@ impl PyBatchQueue {
         let c = self.endpoint.batch_config();
         format!(
             "BatchQueue(max_batch_tokens={}, max_batch_size={}, workers={}, max_queue={}, \
-             priority={:?}, weight={})",
+             priority='{}', weight={})",
             c.max_batch_tokens,
             c.max_batch_size,
             c.workers,
