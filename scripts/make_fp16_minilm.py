@@ -2,7 +2,7 @@
 """Convert all-MiniLM-L6-v2 to a float16 folder small enough to carry to the GPU machine.
 
 Why: the fp32 model.safetensors is 91 MB, over the 64 MiB a device call can carry
-(shared/DEVICE.md). In float16 it is ~45 MB. Both sides of a comparison on the
+(scripts/device/run.sh). In float16 it is ~45 MB. Both sides of a comparison on the
 device (streampool and sentence-transformers) load this file and upcast to fp32,
 so they use identical weights.
 

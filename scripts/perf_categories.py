@@ -2,7 +2,7 @@
 """Where a served request's CPU goes: each sample of a `perf record --call-graph dwarf` profile of
 `streampool serve` is attributed to the innermost stack frame (leaf upward) that names one of
 the categories below (forward, tokenization, JSON, HTTP, batch queue, tokio, ...), and the
-shares are printed. bench/results/served-cpu-2026-11-24/README.md has its figures.
+shares are printed. bench/results/served-cpu/README.md has its figures.
 
 Usage: perf record -F 499 --call-graph dwarf,16384 -p SERVER_PID -o perf.data -- sleep 4
        python3 scripts/perf_categories.py perf.data

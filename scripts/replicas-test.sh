@@ -11,7 +11,7 @@
 #
 #   scripts/replicas-test.sh                      # 20 s of load, 16 client threads
 #   SECONDS_LOAD=10 THREADS=8 scripts/replicas-test.sh
-#   BIN=/tmp/streampool REPORT=bench/results/replicas-$(date -u +%F).md scripts/replicas-test.sh
+#   BIN=/tmp/streampool REPORT=bench/results/replicas/README.md scripts/replicas-test.sh
 #   NO_RETRY_POST=1 scripts/replicas-test.sh      # nginx without `non_idempotent`, to compare
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the concurrency-heavy test binaries N times each (release, or STRESS_PROFILE=dev), with the default test
-# parallelism, and reports how often every test failed (issue #13: timing-dependent failures
-# that one `cargo test` run does not show).
+# parallelism, and reports how often every test failed (timing-dependent failures that one
+# `cargo test` run does not show).
 #
 # Usage: scripts/stress.sh [N] [BINARY...] [-- TEST_ARGS...]
 #   N          runs of each binary (default 20)

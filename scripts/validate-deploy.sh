@@ -8,7 +8,7 @@
 # The Python tools go in a virtual environment under $VENV (default target/deploy-venv).
 # Prints what it ran and each tool's verdict; exits non-zero if any check failed.
 #
-#   scripts/validate-deploy.sh | tee bench/results/deploy-validate-$(date -u +%F).txt
+#   scripts/validate-deploy.sh | tee bench/results/deploy-validate/validate.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 19: time `streampool serve` from launch to `/v2/health/ready`, once per scenario.
+"""Time `streampool serve` from launch to `/v2/health/ready`, once per scenario.
 
 Each scenario starts the server with its own environment, polls GET /v2/health/ready every
 5 ms from the moment of launch (time.monotonic around Popen), then sends one
@@ -7,7 +7,7 @@ Each scenario starts the server with its own environment, polls GET /v2/health/r
 stops the server with SIGTERM and keeps its stderr. The server's own `startup:` line (its
 phases, timed from `main`) and the kernel-cache log lines are copied into the summary.
 
-Usage (scripts/device/coldstart-s5.sh calls it):
+Usage (`scripts/device/run.sh first-use` calls it):
   coldstart.py --bin B --model DIR --out OUT --work WORK [--baseline B0] [--device cpu]
                [--serve-arg A ...]
 Writes OUT/coldstart-summary.md, OUT/coldstart.json and OUT/coldstart-runs.log. Standard

@@ -80,7 +80,7 @@ impl<M: BatchModel> BatchQueue<M> {
     pub fn new(model: M, config: BatchConfig) -> Result<Self, BatchError> {
         config.validate()?;
         let model = Arc::new(model);
-        let streams = worker_streams(model.device(), config.workers)?;
+        let streams = worker_streams(model.device(), config.workers, config.priority)?;
         let shared = Arc::new(Shared::new(model, config)?);
         let queue = Self {
             shared,
@@ -330,10 +330,21 @@ impl<M: BatchModel> std::fmt::Debug for BatchQueue<M> {
 fn worker_streams(
     device: Option<streampool::Device>,
     workers: usize,
+    priority: crate::Priority,
 ) -> Result<Vec<Option<Stream>>, BatchError> {
     let Some(device) = device else {
         return Ok(vec![None; workers]);
     };
+    if priority == crate::Priority::High {
+        // Latency-critical: the device's high-priority streams (see `DeviceScheduler`),
+        // consecutive ones per queue so two such queues share none while there are enough.
+        static NEXT_HIGH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        // Relaxed: the counter only spreads queues over streams.
+        let first = NEXT_HIGH.fetch_add(workers, std::sync::atomic::Ordering::Relaxed);
+        return (0..workers)
+            .map(|i| Ok(Some(device.high_priority_stream(first + i)?)))
+            .collect();
+    }
     let pooled = device.pool_size() - 1;
     let first = device.stream_from_pool()?.index() - 1;
     (0..workers)

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::BatchError;
+use crate::{BatchError, Priority};
 
 /// How a [`BatchQueue`](crate::BatchQueue) forms, runs and admits batches.
 ///
@@ -71,6 +71,14 @@ pub struct BatchConfig {
     /// inputs are refused at submit with [`BatchError::InputTooLong`]), a batch holds requests
     /// of one bucket only, and the model pads them to that bucket's length.
     pub buckets: Vec<usize>,
+    /// The queue's class on its device, shared with the other queues there (see
+    /// [`DeviceScheduler`](crate::DeviceScheduler)): a [`Priority::High`] queue's batches
+    /// never wait for another queue's and run on the device's high-priority streams;
+    /// waiting normal batches go before low ones. Default normal.
+    pub priority: Priority,
+    /// The queue's weight within its class (>= 1): saturating queues of one class share
+    /// the device's tokens in proportion to their weights. Default 1.
+    pub weight: u32,
 }
 
 impl Default for BatchConfig {
@@ -84,6 +92,8 @@ impl Default for BatchConfig {
             max_queue_wait: None,
             workers: 2,
             buckets: Vec::new(),
+            priority: Priority::Normal,
+            weight: 1,
         }
     }
 }
@@ -98,6 +108,9 @@ impl BatchConfig {
             ("max_queue_tokens", self.max_queue_tokens),
             ("workers", self.workers),
         ];
+        if self.weight == 0 {
+            return Err(BatchError::Config("weight must be at least 1".into()));
+        }
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(BatchError::Config(format!("{name} must be at least 1")));
         }

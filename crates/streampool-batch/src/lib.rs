@@ -21,6 +21,7 @@
 //! | [`Prepared`]       | a batch after the model's optional host step (`prepare_batch`)        |
 //! | [`RowModel`]       | a ready `BatchModel` for `[batch, features] -> [batch, out]` tensors  |
 //! | [`Replicas`]       | one queue per replica (device), each request to the least loaded     |
+//! | [`DeviceScheduler`]| which queue's batch runs next on a shared device: [`Priority`] class, then weighted token share |
 //! | [`Handle`]         | one submitted input: `wait`, `wait_timeout`, or `.await`              |
 //! | [`BatchError`]     | `QueueFull` (with [`Overload`] and `retry_after`), `DeadlineExceeded`, ... |
 //! | [`StatsSnapshot`]  | counts, batch-size and token histograms, busy time, queue load, service rate, p50/p90/p99 |
@@ -59,6 +60,7 @@ mod model;
 mod queue;
 mod replicas;
 mod row_model;
+mod scheduler;
 mod shared;
 mod slot;
 mod stats;
@@ -73,5 +75,6 @@ pub use error::{BatchError, ModelError, ModelFailure, ModelPanic, Overload};
 pub use model::{BatchContext, BatchModel, Prepared};
 pub use replicas::{ReplicaStats, Replicas};
 pub use row_model::RowModel;
+pub use scheduler::{DeviceScheduler, Priority, SchedulerStats, Share, Turn};
 pub use slot::Handle;
 pub use stats::{Percentiles, StatsSnapshot, LATENCY_WINDOW};

@@ -55,6 +55,9 @@ pub(crate) struct Shared<M: BatchModel> {
     pub(crate) queue: RequestQueue<Request<M>>,
     pub(crate) stats: Stats,
     pub(crate) estimates: Estimates,
+    /// The queue's standing with its device's scheduler (none for a model without a
+    /// device): every batch takes a turn before it runs.
+    pub(crate) share: Option<crate::Share>,
     /// Sum of the costs of requests accepted and not yet settled (answered, expired,
     /// cancelled or shut down). Relaxed: a router reads it as a hint, and nothing else
     /// is published through it.
@@ -64,8 +67,13 @@ pub(crate) struct Shared<M: BatchModel> {
 impl<M: BatchModel> Shared<M> {
     pub(crate) fn new(model: Arc<M>, config: BatchConfig) -> Result<Self, BatchError> {
         config.validate()?;
+        let share = model.device().map(|dev| {
+            crate::DeviceScheduler::for_device(&dev, config.workers.max(2))
+                .share(config.priority, config.weight)
+        });
         Ok(Self {
             model,
+            share,
             queue: RequestQueue::new(config.workers),
             config,
             stats: Stats::default(),

@@ -56,6 +56,9 @@ impl<M: BatchModel> Shared<M> {
             tokens,
             ctx,
         } = claimed;
+        // The device's turn: taken after the claim (so a batch that expired while waiting is
+        // not run) and held until the forward returns.
+        let _turn = self.share.as_ref().map(|s| s.turn(tokens));
         let started = Instant::now();
         self.stats.batch_started(started);
         // A panic inside the model must not take the worker (and every later request) down:
@@ -63,6 +66,7 @@ impl<M: BatchModel> Shared<M> {
         // nothing half-updated is observed afterwards except what the model itself guards.
         let result = catch_unwind(AssertUnwindSafe(|| self.model.forward_batch(inputs, &ctx)));
         let done = Instant::now();
+        drop(_turn);
         self.ran(tokens, started, done);
         self.answer(waiting, cost, flatten(result), done);
     }
@@ -155,6 +159,8 @@ impl<M: BatchModel> Shared<M> {
             ctx,
         }) = handoff.take()
         {
+            // The device's turn, held until the forward returns (see `run_batch`).
+            let turn = self.share.as_ref().map(|s| s.turn(tokens));
             let started = Instant::now();
             self.queue.started(worker, started);
             self.stats.batch_started(started);
@@ -163,6 +169,7 @@ impl<M: BatchModel> Shared<M> {
                 self.model.forward_prepared(prepared, &ctx)
             }));
             let done = Instant::now();
+            drop(turn);
             // Idle before answering, so a preparing stage holding for this runner forms at
             // once, while the answers go out.
             self.queue.finished(worker);

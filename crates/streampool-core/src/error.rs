@@ -82,6 +82,18 @@ pub enum Error {
     /// device fault): every request of the batch gets the message. (HTTP: 500.)
     #[error("{0}")]
     Model(String),
+    /// A model does not fit: loading it would need more device memory than its device has
+    /// free within the budget. Nothing was loaded; the models already served are
+    /// untouched. (HTTP: 507.)
+    #[error("{message}")]
+    InsufficientMemory {
+        /// What it needs, what is free, and on which device.
+        message: String,
+        /// Bytes the load needs on the device that refused it.
+        needed: u64,
+        /// Bytes free there.
+        free: u64,
+    },
     /// A model could not be served: replicas that disagree, an invalid batch setting, a
     /// prompt of the model's that cannot be read.
     #[error("{0}")]

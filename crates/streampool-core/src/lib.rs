@@ -67,12 +67,18 @@ mod error;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 mod models;
+mod repository;
 mod text;
 
 pub use config::ModelConfig;
 pub use error::{Error, Result};
 pub use models::{
-    l2_normalize, wait_row, ClassifierEndpoint, ClassifyBatch, ClassifyInput, EmbedBatch,
-    EmbedInput, EmbedderEndpoint, ForwardFn, Launched, ModelSpec, Registry, RowOutput, ServedModel,
-    TensorEndpoint, TensorModel,
+    l2_normalize, retire, wait_row, ClassifierEndpoint, ClassifyBatch, ClassifyInput, EmbedBatch,
+    EmbedInput, EmbedderEndpoint, ForwardFn, Launched, LoadedModel, ModelInfo, ModelSpec, Registry,
+    RowOutput, ServedModel, TensorEndpoint, TensorModel,
 };
+pub use repository::{
+    default_dtype, weight_bytes, LoaderConfig, ModelLoader, ModelSettings, RepositoryEntry,
+    SETTINGS_FILE,
+};
+pub use streampool_batch::Priority;

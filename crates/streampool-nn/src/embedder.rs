@@ -467,7 +467,7 @@ impl SentenceEmbedder {
         // A mask without a zero has no padding to drop: `from_padded` would copy every id
         // into a packed batch only to find that (1.2 ms of host time per 512 x 128 batch on
         // a 2-core development machine, with the device idle before the forward; +4.6% at
-        // 512 x 128 on the H100, bench/results/h100-2026-11-25-s8/), so such batches go
+        // 512 x 128 on the H100, in one call against the code before), so such batches go
         // straight to the padded path, where `from_padded` would also have sent them.
         if self.packs() && input.attention_mask().contains(&0) {
             if let Some(packed) = PackedInput::from_padded(input).filter(PackedInput::has_padding) {

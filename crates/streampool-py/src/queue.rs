@@ -133,6 +133,8 @@ impl PyBatchQueue {
         max_queue = 1024,
         max_wait_ms = 0.0,
         normalize_embeddings = false,
+        priority = "normal",
+        weight = 1,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -144,7 +146,12 @@ impl PyBatchQueue {
         max_queue: usize,
         max_wait_ms: f64,
         normalize_embeddings: bool,
+        priority: &str,
+        weight: u32,
     ) -> PyResult<Self> {
+        let priority = priority
+            .parse::<streampool_core::Priority>()
+            .map_err(Error::Value)?;
         if !(max_wait_ms.is_finite() && max_wait_ms >= 0.0) {
             return Err(Error::Value(format!(
                 "max_wait_ms must be a finite number >= 0, not {max_wait_ms}"
@@ -160,6 +167,8 @@ impl PyBatchQueue {
                 max_queue,
                 max_wait: Duration::from_secs_f64(max_wait_ms / 1000.0),
                 workers,
+                priority,
+                weight,
                 ..BatchConfig::default()
             },
             ..ModelConfig::default()
@@ -228,8 +237,14 @@ impl PyBatchQueue {
     fn __repr__(&self) -> String {
         let c = self.endpoint.batch_config();
         format!(
-            "BatchQueue(max_batch_tokens={}, max_batch_size={}, workers={}, max_queue={})",
-            c.max_batch_tokens, c.max_batch_size, c.workers, c.max_queue
+            "BatchQueue(max_batch_tokens={}, max_batch_size={}, workers={}, max_queue={}, \
+             priority='{}', weight={})",
+            c.max_batch_tokens,
+            c.max_batch_size,
+            c.workers,
+            c.max_queue,
+            c.priority.as_str(),
+            c.weight
         )
     }
 }

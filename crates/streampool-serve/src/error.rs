@@ -69,6 +69,10 @@ pub enum Error {
     /// `Retry-After`.
     #[error("{0}")]
     Unavailable(String),
+    /// A model load would not fit its device's memory (budget or free memory); the message
+    /// says how much it needs and how much is free. Answered 507; nothing was loaded.
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// The request was not answered within the configured timeout. Answered 504.
     #[error("request timed out: {0}")]
     Timeout(String),
@@ -175,6 +179,7 @@ impl Error {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Error::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Error::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -246,6 +251,7 @@ impl From<streampool_core::Error> for Error {
             Core::DeadlineExceeded(m) => Error::Timeout(m),
             Core::Cancelled => Error::Cancelled,
             Core::Config(m) => Error::Config(m),
+            e @ Core::InsufficientMemory { .. } => Error::InsufficientStorage(e.to_string()),
             // `Model` and any kind added later: the model failed.
             other => Error::Internal(other.to_string()),
         }

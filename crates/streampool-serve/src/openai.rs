@@ -177,6 +177,7 @@ pub async fn embeddings(
 pub async fn models(State(state): State<Arc<AppState>>, caller: Caller) -> Json<Value> {
     let data: Vec<Value> = state
         .registry
+        .snapshot()
         .iter()
         .filter(|(name, _)| caller.may_call(name))
         .map(|(name, _)| model_object(&state, name))

@@ -48,6 +48,15 @@ pub fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
             "/v2/models/{name}/versions/{version}/infer",
             post(kserve::infer_version),
         )
+        .route("/v2/repository/index", post(kserve::repository::index))
+        .route(
+            "/v2/repository/models/{name}/load",
+            post(kserve::repository::load),
+        )
+        .route(
+            "/v2/repository/models/{name}/unload",
+            post(kserve::repository::unload),
+        )
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/rerank", post(rerank::rerank))
         .route("/v1/models", get(openai::models))
@@ -151,8 +160,13 @@ impl Server {
     /// # }
     /// ```
     pub async fn start(config: ServeConfig, models: Vec<ModelSpec>) -> Result<ServerHandle> {
-        let addr = config.addr;
-        let state = AppState::new(config, models)?;
+        Self::serve_state(AppState::new(config, models)?).await
+    }
+
+    /// [`start`](Self::start) on a state built beforehand (e.g. by
+    /// [`AppState::with_loader`], with models loaded through its loader).
+    pub async fn serve_state(state: Arc<AppState>) -> Result<ServerHandle> {
+        let addr = state.config.addr;
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (tx, rx) = oneshot::channel::<()>();
@@ -174,6 +188,7 @@ impl Server {
         };
         let names: Vec<String> = state
             .registry()
+            .snapshot()
             .iter()
             .map(|(n, m)| format!("{n} on {}", m.labels().join(",")))
             .collect();

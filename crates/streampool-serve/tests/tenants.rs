@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 use streampool::Device;
-use streampool_nn::{tiny_model_dir, Classifier};
+use streampool_core::{LoaderConfig, ModelLoader};
+use streampool_nn::{tiny_bert_dir, tiny_model_dir, Classifier};
 use streampool_serve::tenants::Outcome;
-use streampool_serve::{ApiKey, Error, ModelSpec, ServeConfig, Server};
+use streampool_serve::{ApiKey, AppState, Error, ModelSpec, ServeConfig, Server};
 
 const KEY_ALPHA: &str = "sp-alpha-0123456789abcdef";
 const KEY_BETA: &str = "sp-beta-0123456789abcdef";
@@ -677,4 +678,91 @@ async fn the_single_key_is_the_tenant_default() {
     );
     assert_eq!(ok, Some(1.0), "{scrape}");
     s.handle.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repository_lists_a_tenants_models_and_only_a_tenant_of_all_manages_them() {
+    // A repository of two copies of the tiny embedder, both loaded.
+    let root = std::env::temp_dir().join(format!("sp-tenants-repo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for name in ["alpha", "beta"] {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).expect("model folder");
+        for f in std::fs::read_dir(tiny_bert_dir())
+            .expect("tiny-bert")
+            .flatten()
+        {
+            if f.path().is_file() {
+                std::fs::copy(f.path(), dir.join(f.file_name())).expect("copy");
+            }
+        }
+    }
+    let file = tenants_file(
+        "repository",
+        &format!(
+            "[[tenant]]\nname = \"limited\"\nkey = \"{KEY_ALPHA}\"\nmodels = [\"alpha\"]\n\
+             [[tenant]]\nname = \"all\"\nkey = \"{KEY_ALL}\"\n"
+        ),
+    );
+    let config = config_with(file);
+    let loader = Arc::new(ModelLoader::new(
+        vec![Device::cpu()],
+        LoaderConfig {
+            model: config.model_config(),
+            ..LoaderConfig::default()
+        },
+        Some(root.clone()),
+    ));
+    let state = AppState::with_loader(config, vec![], Some(loader.clone())).expect("state");
+    for name in ["alpha", "beta"] {
+        loader.load(state.registry(), name).expect("load");
+    }
+    let handle = Server::serve_state(state).await.expect("serve");
+    let base = format!("http://{}", handle.addr());
+    let client = reqwest::Client::new();
+    let post = |key: &'static str, path: &'static str| {
+        let req = client.post(format!("{base}{path}")).bearer_auth(key);
+        async move {
+            let resp = req.send().await.expect("POST");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let names = |index: &Value| -> Vec<String> {
+        index
+            .as_array()
+            .expect("an index")
+            .iter()
+            .map(|e| e["name"].as_str().expect("a name").to_string())
+            .collect()
+    };
+    let (status, index) = post(KEY_ALPHA, "/v2/repository/index").await;
+    assert_eq!((status, names(&index)), (200, vec!["alpha".to_string()]));
+    let (_, index) = post(KEY_ALL, "/v2/repository/index").await;
+    assert_eq!(names(&index), ["alpha", "beta"]);
+    // The limited tenant cannot unload or load, even its own model: 404 as on a server
+    // that does not manage its models.
+    let (_, unmanaged) = post(KEY_ALPHA, "/v2/repository/models/alpha/unload").await;
+    for path in [
+        "/v2/repository/models/alpha/unload",
+        "/v2/repository/models/beta/unload",
+        "/v2/repository/models/beta/load",
+    ] {
+        let (status, body) = post(KEY_ALPHA, path).await;
+        assert_eq!((status, &body), (404, &unmanaged), "{path}");
+    }
+    assert!(unmanaged["error"]
+        .as_str()
+        .is_some_and(|m| m.contains("does not manage")));
+    // The tenant of every model can; the limited one keeps seeing alpha alone.
+    assert_eq!(
+        post(KEY_ALL, "/v2/repository/models/beta/unload").await.0,
+        200
+    );
+    let (_, index) = post(KEY_ALL, "/v2/repository/index").await;
+    assert_eq!(index[1]["state"], "UNAVAILABLE", "{index}");
+    let (_, index) = post(KEY_ALPHA, "/v2/repository/index").await;
+    assert_eq!(names(&index), ["alpha"]);
+    handle.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(&root);
 }

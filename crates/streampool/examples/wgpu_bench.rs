@@ -5,7 +5,7 @@
 //!     [--ops N] [--secs S] [--max-mflop F]
 //! ```
 //!
-//! - `encode`: concurrent host encoding on one queue (issue #12). 1, 2, 4, 8 and 16 threads,
+//! - `encode`: concurrent host encoding on one queue. 1, 2, 4, 8 and 16 threads,
 //!   each on its own pooled stream, each run a chain of `--ops` small ops (`affine` on 16
 //!   floats: the host cost of an op dominates); once with the quarantine lock off, once on.
 //!   Reported per point (the median of 3 runs): encoded+submitted ops/s (all threads' ops

@@ -1,4 +1,4 @@
-//! The floor under a wgpu read-back (issue #22's call floor): what one submission, fence
+//! The floor under a wgpu read-back (what bounds a small call): what one submission, fence
 //! wait and buffer mapping cost on this adapter with plain wgpu, no streampool in between,
 //! next to streampool's smallest call.
 //!

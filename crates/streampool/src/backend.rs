@@ -31,12 +31,23 @@ pub(crate) trait BackendDevice: BackendMemory {
     fn name(&self) -> String;
     /// Creates the stream for pool slot `index` (slot 0 is the default stream).
     fn create_stream(&self, index: usize) -> Result<Arc<dyn BackendStream>>;
+    /// Creates a high-priority stream for slot `index` (see
+    /// [`Device::high_priority_stream`](crate::Device::high_priority_stream)). Backends
+    /// without stream priorities give a plain stream.
+    fn create_high_priority_stream(&self, index: usize) -> Result<Arc<dyn BackendStream>> {
+        self.create_stream(index)
+    }
     /// Whether recording an event costs next to nothing. If so, every op output records
     /// its write event eagerly; otherwise the event is recorded lazily, on the first read
     /// from another stream (correct, but it may wait for later work on the writer stream).
     fn cheap_events(&self) -> bool;
     /// Whether the backend runs packed (varlen) batches: [`Kernel::Attention`] with
     /// `packed` set and [`Kernel::MeanPoolNormPacked`].
+    /// The device's `(free, total)` memory in bytes as its driver reports it, where the
+    /// backend can tell (CUDA); `None` elsewhere (host memory is the operating system's).
+    fn memory_info(&self) -> Option<(usize, usize)> {
+        None
+    }
     fn has_packed_kernels(&self) -> bool {
         false
     }

@@ -23,6 +23,15 @@ pub enum DeviceKind {
     Wgpu(usize),
 }
 
+/// A device's memory as its driver reports it ([`Device::memory_info`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Bytes free on the device.
+    pub free: usize,
+    /// The device's memory in bytes.
+    pub total: usize,
+}
+
 /// Settings of a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceConfig {
@@ -174,9 +183,16 @@ impl Device {
         config: DeviceConfig,
     ) -> Result<Device> {
         let factory_backend = backend.clone();
+        let normal = config.pool_size;
         let pool = StreamPool::new(
             config.pool_size,
-            Box::new(move |i| factory_backend.create_stream(i)),
+            Box::new(move |i| {
+                if i >= normal {
+                    factory_backend.create_high_priority_stream(i)
+                } else {
+                    factory_backend.create_stream(i)
+                }
+            }),
         )?;
         let name = backend.name();
         let memory: Arc<dyn crate::backend::BackendMemory> = backend.clone();
@@ -243,6 +259,39 @@ impl Device {
     /// The stream of pool slot `index`.
     pub fn stream_at(&self, index: usize) -> Result<Stream> {
         Ok(Stream::new(self.clone(), index, self.0.pool.get(index)?))
+    }
+
+    /// High-priority stream `i` (taken modulo [`pool_size`](Self::pool_size)): for work
+    /// whose latency matters more than others' throughput, such as a latency-critical
+    /// model's batch workers. On CUDA its kernels' blocks are dispatched before the pending
+    /// blocks of normal streams (`cuStreamCreateWithPriority` at the greatest priority), so
+    /// a short forward is not queued behind a long one's waves; on backends without stream
+    /// priorities it is a plain stream of its own. Never handed out round-robin.
+    ///
+    /// ```
+    /// use streampool::Device;
+    /// let dev = Device::cpu();
+    /// let high = dev.high_priority_stream(0).unwrap();
+    /// assert!(high.index() >= dev.pool_size());
+    /// assert_ne!(high, dev.stream_from_pool().unwrap());
+    /// ```
+    pub fn high_priority_stream(&self, i: usize) -> Result<Stream> {
+        self.stream_at(self.0.pool.high_priority_slot(i))
+    }
+
+    /// The device memory free and in total, in bytes, where the backend can tell (CUDA:
+    /// the driver's `cuMemGetInfo`, which counts this process's cached blocks as used;
+    /// add [`AllocatorStats`](crate::AllocatorStats)' `reserved - allocated` for what this
+    /// process could reuse). `None` on the CPU and wgpu.
+    ///
+    /// ```
+    /// assert!(streampool::Device::cpu().memory_info().is_none());
+    /// ```
+    pub fn memory_info(&self) -> Option<MemoryInfo> {
+        self.0
+            .backend
+            .memory_info()
+            .map(|(free, total)| MemoryInfo { free, total })
     }
 
     /// Forgets the calling thread's pooled stream; the thread's next use picks a new one.

@@ -77,7 +77,7 @@ pub use allocator::AllocatorStats;
 pub use cpu::intra_op::{cpu_threads, set_cpu_threads, CPU_THREADS_ENV};
 pub use cpu::kernels::bf16::{cpu_bf16_path, Bf16Path, CPU_BF16_ENV};
 pub use cpu::profile::{cpu_kernel_profile, CPU_PROFILE_ENV};
-pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy};
+pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy, MemoryInfo};
 pub use disk_cache::{DiskCache, KernelCacheDir};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

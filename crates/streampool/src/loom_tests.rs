@@ -253,8 +253,8 @@ fn loom_allocator_no_double_handout() {
     });
 }
 
-/// Two requesters at the memory limit while a block's guard completes during their requests
-/// (issue #13): only the release of that idle block makes room, and there is room for both
+/// Two requesters at the memory limit while a block's guard completes during their requests:
+/// only the release of that idle block makes room, and there is room for both
 /// once it is released, so neither may fail, whichever of them releases it and whenever the
 /// other looks. The old allocator took the block off its free list before accounting the
 /// release, so the other requester could find nothing cached, nothing to wait for and no

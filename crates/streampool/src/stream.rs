@@ -38,7 +38,8 @@ impl Stream {
         &self.device
     }
 
-    /// The pool slot: 0 is the default stream, `1..pool_size` are pooled streams.
+    /// The pool slot: 0 is the default stream, `1..pool_size` are pooled streams, and
+    /// `pool_size..2 * pool_size` the high-priority ones.
     pub fn index(&self) -> usize {
         self.index
     }

@@ -3,6 +3,11 @@
 //! `1 + counter.fetch_add(1) % (n - 1)` and caches that stream thread-locally, as PyTorch's
 //! CUDA stream pool does. More threads than streams share streams round-robin: never an
 //! error, never a wait.
+//!
+//! Slots `n..2n` are the high-priority streams (PyTorch's `isHighPriority` pool): never handed
+//! out round-robin, only asked for by index (a latency-critical model's batch workers). On a
+//! backend with stream priorities (CUDA) the device's block scheduler dispatches their
+//! kernels' blocks before pending blocks of normal streams; elsewhere they are plain streams.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -26,6 +31,8 @@ pub(crate) struct StreamPool {
 }
 
 impl StreamPool {
+    /// A pool of `size` streams (slot 0 the default one) plus `size` high-priority slots;
+    /// `factory` creates slot `i`'s stream (`i >= size`: a high-priority one).
     pub(crate) fn new(size: usize, factory: StreamFactory) -> Result<Self> {
         if size < 2 {
             return Err(Error::InvalidArgument(format!(
@@ -33,21 +40,28 @@ impl StreamPool {
             )));
         }
         Ok(Self {
-            slots: (0..size).map(|_| Mutex::new(None)).collect(),
+            slots: (0..2 * size).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             created: AtomicUsize::new(0),
             factory,
         })
     }
 
+    /// Streams of the normal pool, the default stream included (the high-priority slots
+    /// follow them).
     pub(crate) fn size(&self) -> usize {
-        self.slots.len()
+        self.slots.len() / 2
     }
 
     /// The next pooled slot, round-robin over `1..size`.
     pub(crate) fn next_slot(&self) -> usize {
         // Relaxed: the counter only spreads threads over slots; no data is published through it.
-        1 + self.next.fetch_add(1, Ordering::Relaxed) % (self.slots.len() - 1)
+        1 + self.next.fetch_add(1, Ordering::Relaxed) % (self.size() - 1)
+    }
+
+    /// The slot of high-priority stream `i` (modulo the pool size).
+    pub(crate) fn high_priority_slot(&self, i: usize) -> usize {
+        self.size() + i % self.size()
     }
 
     /// The stream of `slot`, created on first use.

@@ -4,7 +4,8 @@
 //! `loom`'s models, so the loom tests in `crate::loom_tests` run the real code paths
 //! (stream-slot assignment, allocator reuse, event hand-off) over every interleaving.
 //! This mirrors `tokio/src/loom/`. `parking_lot` (not `std::sync`) is used because it is
-//! compiled from source and therefore visible to ThreadSanitizer (see DESIGN.md).
+//! compiled from source and therefore visible to ThreadSanitizer, whose build does not
+//! instrument the standard library (`scripts/tsan.sh`).
 //!
 //! The wrappers give both worlds one API: `lock()` returns the guard directly and
 //! `Condvar::wait` takes and returns the guard.

@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use streampool::phases::{timed, Phases};
-use streampool_nn::{
-    find_minilm, find_tiny_bert, BertConfig, Classifier, ComputeDType, SentenceEmbedder,
+use streampool_core::{LoaderConfig, ModelLoader};
+use streampool_nn::{find_minilm, find_tiny_bert, ComputeDType};
+use streampool_serve::{
+    ApiKey, AppState, BatchConfig, ModelSpec, ServeConfig, Server, TensorModel,
 };
-use streampool_serve::{ApiKey, BatchConfig, ModelSpec, ServeConfig, Server, TensorModel};
 
 /// `serve --help`'s closing text: start-up and the kernel cache.
 pub const AFTER_HELP: &str = "\
@@ -46,6 +47,21 @@ pub struct Args {
     /// models/tiny-bert].
     #[arg(long, value_name = "DIR")]
     model: Vec<PathBuf>,
+    /// A model repository: every sub-folder holding a config.json is a model, served under
+    /// the folder's name and loaded at start-up. An optional streampool.toml in a model's
+    /// folder sets its dtype, priority ("high": latency-critical, its batches never wait
+    /// for other models' and run on high-priority streams; "normal"; "low": bulk), weight
+    /// (its share of the device within its class), workers, max_batch_size,
+    /// max_batch_tokens, max_seq_len and truncate. While serving, KServe's repository API
+    /// loads, replaces and unloads models: POST /v2/repository/index,
+    /// /v2/repository/models/NAME/load, /v2/repository/models/NAME/unload.
+    #[arg(long, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
+    /// Most device memory (MiB) the served models may hold per device; a load past it is
+    /// refused with 507 and how much it needs. On CUDA the device's free memory bounds it
+    /// too [default: no budget but the device's].
+    #[arg(long, value_name = "MIB")]
+    memory_budget_mb: Option<u64>,
     /// Also serve all-MiniLM-L6-v2 (installed by scripts/fetch-minilm.sh) as "all-MiniLM-L6-v2".
     #[arg(long)]
     minilm: bool,
@@ -210,7 +226,7 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
     let devices =
         phases.scope(|| timed("device context", || super::device::open_all(&args.device)))?;
     // (name, folder): a --model folder is served under its folder name; MiniLM under its
-    // own name, whatever folder pip installed it in.
+    // own name, whatever folder pip installed it in; a repository's folders under theirs.
     let mut dirs = Vec::new();
     for dir in &args.model {
         let name = dir
@@ -222,39 +238,18 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
     if args.minilm {
         dirs.push(("all-MiniLM-L6-v2".to_string(), find_minilm()?));
     }
-    if dirs.is_empty() {
-        dirs.push(("tiny-bert".to_string(), find_tiny_bert()?));
-    }
-    // One replica of every model per device, loaded on all devices at once: loading is
-    // mostly copying weights to the device, which the devices can do in parallel.
-    let per_device: Vec<Result<Vec<ModelSpec>>> = std::thread::scope(|s| {
-        let loads: Vec<_> = devices
-            .iter()
-            .map(|dev| {
-                let dtype = args
-                    .dtype
-                    .unwrap_or_else(|| super::device::default_dtype(dev));
-                // The warm-up also tunes for batches up to max_batch_tokens.
-                let warm_up = (!args.no_warm_up).then_some(args.max_batch_tokens);
-                let (dirs, mlp, phases) = (&dirs, !args.no_mlp, &phases);
-                s.spawn(move || {
-                    super::startup::load_with_kernels(phases, dev, || {
-                        load_replicas(dev, dirs, mlp, dtype, warm_up)
-                    })
-                })
-            })
+    if let Some(root) = &args.model_dir {
+        let mut names: Vec<String> = std::fs::read_dir(root)
+            .with_context(|| format!("reading the model repository {}", root.display()))?
+            .flatten()
+            .filter(|e| e.path().join("config.json").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        loads
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("loading a replica panicked")))
-            })
-            .collect()
-    });
-    let mut models = Vec::new();
-    for specs in per_device {
-        models.extend(specs?);
+        names.sort();
+        dirs.extend(names.into_iter().map(|n| (n.clone(), root.join(n))));
+    }
+    if dirs.is_empty() && args.model_dir.is_none() {
+        dirs.push(("tiny-bert".to_string(), find_tiny_bert()?));
     }
     let api_key = match (&args.api_key_file, &args.api_key) {
         (Some(file), _) => Some(ApiKey::from_file(file)?),
@@ -310,18 +305,68 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
                 .transpose()
                 .context("--max-queue-wait-ms")?,
             workers: args.workers,
-            buckets: Vec::new(),
+            // Per model: its folder's streampool.toml sets its class and weight.
+            ..BatchConfig::default()
         },
     };
+    let loader = Arc::new(ModelLoader::new(
+        devices.clone(),
+        LoaderConfig {
+            dtype: args.dtype,
+            // The warm-up also tunes for batches up to max_batch_tokens.
+            warm_up: (!args.no_warm_up).then_some(args.max_batch_tokens),
+            memory_budget: args.memory_budget_mb.map(|mb| mb << 20),
+            drain: config.drain_timeout,
+            model: config.model_config(),
+        },
+        args.model_dir.clone(),
+    ));
+    let mlp = if args.no_mlp {
+        Vec::new()
+    } else {
+        devices
+            .iter()
+            .map(|dev| {
+                Ok(ModelSpec::Tensor {
+                    name: "mlp".into(),
+                    model: TensorModel::mlp(dev, 256, 0)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    let state = AppState::with_loader(config, mlp, Some(loader.clone()))?;
+    // The kernels build on every device while the weights load (both before the socket
+    // opens); a failed build also fails the first load that needed it, which says more.
+    std::thread::scope(|s| -> Result<()> {
+        let kernels: Vec<_> = devices
+            .iter()
+            .map(|dev| s.spawn(|| phases.scope(|| dev.load_kernels())))
+            .collect();
+        let loaded = phases.scope(|| -> Result<()> {
+            for (name, dir) in &dirs {
+                timed("models loaded", || {
+                    loader.load_dir(state.registry(), name, dir)
+                })
+                .with_context(|| format!("loading {name} from {}", dir.display()))?;
+            }
+            Ok(())
+        });
+        let built: Vec<_> = kernels.into_iter().map(|k| k.join()).collect();
+        loaded?;
+        for b in built {
+            b.map_err(|_| anyhow::anyhow!("building the kernels panicked"))??;
+        }
+        Ok(())
+    })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let served = rt.block_on(async {
         let began = Instant::now();
-        let server = Server::start(config, models).await?;
+        let server = Server::serve_state(state).await?;
         phases.add("queues started, socket bound", began.elapsed());
-        // The figure an autoscaler waits for (issue 19): launch to ready, phase by phase.
+        // The figure an autoscaler waits for: launch to ready, phase by phase.
         tracing::info!("startup: ready after {}", phases.summary());
         server.state().metrics().set_phase_timing(args.phase_timing);
         // One plain line on stdout, so scripts can learn the port when it was 0.
@@ -342,65 +387,6 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
     }
     served?;
     Ok(())
-}
-
-/// Every model of `dirs` (plus the MLP) loaded on `dev`: one replica of each.
-fn load_replicas(
-    dev: &streampool::Device,
-    dirs: &[(String, PathBuf)],
-    mlp: bool,
-    dtype: ComputeDType,
-    warm_up: Option<usize>,
-) -> Result<Vec<ModelSpec>> {
-    let mut models = Vec::new();
-    for (name, dir) in dirs {
-        let config = BertConfig::from_file(dir.join("config.json"))
-            .with_context(|| format!("reading the model config in {}", dir.display()))?;
-        if config.is_sequence_classifier() {
-            // A reranker or classifier: TEI's /rerank and /predict, KServe texts to logits.
-            let classifier = Classifier::load_with(dev, dir, dtype).with_context(|| {
-                format!(
-                    "loading the classifier in {} on {} as {dtype}",
-                    dir.display(),
-                    dev.name()
-                )
-            })?;
-            if warm_up.is_some() {
-                classifier
-                    .predict(&["warm-up"])
-                    .with_context(|| format!("warming up {name} on {}", dev.name()))?;
-            }
-            models.push(ModelSpec::Classifier {
-                name: name.clone(),
-                classifier: Arc::new(classifier),
-            });
-            continue;
-        }
-        let embedder = SentenceEmbedder::load_with(dev, dir, dtype).with_context(|| {
-            format!(
-                "loading the model in {} on {} as {dtype}",
-                dir.display(),
-                dev.name()
-            )
-        })?;
-        if let Some(max_tokens) = warm_up {
-            embedder
-                .warm_up()
-                .and_then(|()| embedder.warm_up_tuning(max_tokens))
-                .with_context(|| format!("warming up {name} on {}", dev.name()))?;
-        }
-        models.push(ModelSpec::Embedder {
-            name: name.clone(),
-            embedder: Arc::new(embedder),
-        });
-    }
-    if mlp {
-        models.push(ModelSpec::Tensor {
-            name: "mlp".into(),
-            model: TensorModel::mlp(dev, 256, 0)?,
-        });
-    }
-    Ok(models)
 }
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).

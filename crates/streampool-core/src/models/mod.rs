@@ -64,7 +64,8 @@ impl ModelSpec {
         }
     }
 
-    fn device(&self) -> &Device {
+    /// The device of this replica.
+    pub fn device(&self) -> &Device {
         match self {
             ModelSpec::Embedder { embedder, .. } => embedder.model().device(),
             ModelSpec::Classifier { classifier, .. } => classifier.model().device(),
@@ -141,105 +142,269 @@ impl ServedModel {
     }
 }
 
-/// The served models by name.
+/// What the registry knows of a served model besides its queues: where it came from, the
+/// device memory it holds and its scheduling class.
+#[derive(Debug, Clone, Default)]
+pub struct ModelInfo {
+    /// The folder it was loaded from, if any (`None`: built in code).
+    pub source: Option<std::path::PathBuf>,
+    /// Device memory each replica holds, by device label (`cuda:0`, `cpu`): what the
+    /// replica's loading thread left allocated across its load and warm-up (weights, and the
+    /// graph pools its warm-up captured). Empty when not measured.
+    pub resident_bytes: Vec<(String, u64)>,
+    /// Its class on its devices' schedulers.
+    pub priority: streampool_batch::Priority,
+    /// Its weight within that class.
+    pub weight: u32,
+    /// When it was loaded, in Unix seconds.
+    pub loaded_unix: u64,
+}
+
+impl ModelInfo {
+    /// Device memory held on all replicas together, in bytes.
+    pub fn resident_total(&self) -> u64 {
+        self.resident_bytes.iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// A model ready to be added to a [`Registry`]: its replicas, the settings its queues run
+/// with, and what is known of it.
+pub struct LoadedModel {
+    /// The name callers use.
+    pub name: String,
+    /// One spec per replica (all with `name`).
+    pub specs: Vec<ModelSpec>,
+    /// Its input limits and batch settings.
+    pub config: ModelConfig,
+    /// Where it came from and what it holds.
+    pub info: ModelInfo,
+}
+
+#[derive(Clone)]
+struct Entry {
+    model: Arc<ServedModel>,
+    info: ModelInfo,
+}
+
+/// The served models by name: a live set. Requests look a model up by name on every call
+/// (one `Arc` clone under a read lock); loading, replacing and unloading change the set
+/// while requests run. A request keeps the model it looked up until it is answered, so a
+/// model replaced or removed finishes its in-flight requests with the old queues (see
+/// [`retire`]).
 pub struct Registry {
-    models: BTreeMap<String, Arc<ServedModel>>,
+    /// Read on every request; written only to add, replace or remove a model. Held only to
+    /// clone or swap entries, never across a wait.
+    models: parking_lot::RwLock<BTreeMap<String, Entry>>,
 }
 
 impl Registry {
     /// Starts one batch queue per replica; specs sharing a name are replicas of one model.
+    /// An empty list gives an empty registry (models may be loaded later).
     pub fn new(specs: Vec<ModelSpec>, config: &ModelConfig) -> Result<Self> {
         let mut groups: BTreeMap<String, Vec<ModelSpec>> = BTreeMap::new();
         for spec in specs {
-            let name = spec.name().to_string();
-            if name.is_empty() || name.contains('/') {
-                return Err(Error::Config(format!("invalid model name {name:?}")));
-            }
-            groups.entry(name).or_default().push(spec);
+            groups
+                .entry(spec.name().to_string())
+                .or_default()
+                .push(spec);
         }
-        let mut models = BTreeMap::new();
+        let registry = Self {
+            models: parking_lot::RwLock::new(BTreeMap::new()),
+        };
         for (name, group) in groups {
-            let devices: Vec<&Device> = group.iter().map(ModelSpec::device).collect();
-            if let Some(dup) =
-                (1..devices.len()).find(|&i| devices[..i].iter().any(|d| d.same(devices[i])))
-            {
-                return Err(Error::Config(format!(
-                    "model {name:?}: two replicas on one device ({})",
-                    devices[dup].name()
-                )));
-            }
-            let labels = device_labels(&devices);
-            let mismatch = || Error::Config(format!("model {name:?}: replicas differ in kind"));
-            let served = match group.first() {
-                Some(ModelSpec::Embedder { .. }) => {
-                    let embedders = labels
-                        .into_iter()
-                        .zip(group)
-                        .map(|(label, spec)| match spec {
-                            ModelSpec::Embedder { embedder, .. } => Ok((label, embedder)),
-                            _ => Err(mismatch()),
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    ServedModel::Embedder(Box::new(EmbedderEndpoint::new(embedders, config)?))
-                }
-                Some(ModelSpec::Tensor { .. }) => {
-                    let tensors = labels
-                        .into_iter()
-                        .zip(group)
-                        .map(|(label, spec)| match spec {
-                            ModelSpec::Tensor { model, .. } => Ok((label, model)),
-                            _ => Err(mismatch()),
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    ServedModel::Tensor(TensorEndpoint::new(tensors, &config.batch)?)
-                }
-                Some(ModelSpec::Classifier { .. }) => {
-                    let classifiers = labels
-                        .into_iter()
-                        .zip(group)
-                        .map(|(label, spec)| match spec {
-                            ModelSpec::Classifier { classifier, .. } => Ok((label, classifier)),
-                            _ => Err(mismatch()),
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    ServedModel::Classifier(Box::new(ClassifierEndpoint::new(classifiers, config)?))
-                }
-                // Groups are created with their first spec.
-                None => continue,
+            let info = ModelInfo {
+                priority: config.batch.priority,
+                weight: config.batch.weight,
+                loaded_unix: unix_now(),
+                ..ModelInfo::default()
             };
-            models.insert(name, Arc::new(served));
+            registry.insert(LoadedModel {
+                name,
+                specs: group,
+                config: config.clone(),
+                info,
+            })?;
         }
-        if models.is_empty() {
-            return Err(Error::Config("no models to serve".into()));
-        }
-        Ok(Self { models })
+        Ok(registry)
+    }
+
+    /// Starts `loaded`'s queues and serves it under its name, replacing (and returning) a
+    /// model of that name: requests from now on reach the new one, while those already
+    /// holding the old one finish on it (pass it to [`retire`] to wait for them).
+    pub fn insert(&self, loaded: LoadedModel) -> Result<Option<Arc<ServedModel>>> {
+        let LoadedModel {
+            name,
+            specs,
+            config,
+            mut info,
+        } = loaded;
+        let served = build(&name, specs, &config)?;
+        info.priority = config.batch.priority;
+        info.weight = config.batch.weight;
+        let entry = Entry {
+            model: Arc::new(served),
+            info,
+        };
+        Ok(self.models.write().insert(name, entry).map(|e| e.model))
+    }
+
+    /// Stops serving `name`: new requests get [`Error::NotFound`]; the model is returned so
+    /// the caller can wait for its in-flight requests ([`retire`]).
+    pub fn remove(&self, name: &str) -> Option<Arc<ServedModel>> {
+        self.models.write().remove(name).map(|e| e.model)
     }
 
     /// The model named `name`, or [`Error::NotFound`].
     pub fn get(&self, name: &str) -> Result<Arc<ServedModel>> {
-        self.models.get(name).cloned().ok_or_else(|| {
-            Error::NotFound(format!("unknown model {}", streampool_nn::Quoted(name)))
-        })
+        self.models
+            .read()
+            .get(name)
+            .map(|e| e.model.clone())
+            .ok_or_else(|| {
+                Error::NotFound(format!("unknown model {}", streampool_nn::Quoted(name)))
+            })
     }
 
-    /// Every model, by name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &ServedModel)> {
-        self.models.iter().map(|(k, v)| (k.as_str(), &**v))
+    /// What is known of `name`, if it is served.
+    pub fn info(&self, name: &str) -> Option<ModelInfo> {
+        self.models.read().get(name).map(|e| e.info.clone())
     }
 
-    /// The first classifier (what TEI's `/rerank` and `/predict` serve).
-    pub fn first_classifier(&self) -> Option<&str> {
-        self.iter()
-            .find(|(_, m)| matches!(m, ServedModel::Classifier(_)))
-            .map(|(n, _)| n)
+    /// Whether a model named `name` is served.
+    pub fn contains(&self, name: &str) -> bool {
+        self.models.read().contains_key(name)
     }
 
-    /// The first embedder (the default of `/v1/embeddings`).
-    pub fn first_embedder(&self) -> Option<&str> {
-        self.iter()
-            .find(|(_, m)| matches!(m, ServedModel::Embedder(_)))
-            .map(|(n, _)| n)
+    /// Every model now served, by name (a snapshot: the set may change right after).
+    pub fn snapshot(&self) -> Vec<(String, Arc<ServedModel>)> {
+        self.models
+            .read()
+            .iter()
+            .map(|(k, e)| (k.clone(), e.model.clone()))
+            .collect()
     }
+
+    /// Every model now served with what is known of it, by name.
+    pub fn snapshot_info(&self) -> Vec<(String, Arc<ServedModel>, ModelInfo)> {
+        self.models
+            .read()
+            .iter()
+            .map(|(k, e)| (k.clone(), e.model.clone(), e.info.clone()))
+            .collect()
+    }
+
+    /// Models now served.
+    pub fn len(&self) -> usize {
+        self.models.read().len()
+    }
+
+    /// Whether no model is served.
+    pub fn is_empty(&self) -> bool {
+        self.models.read().is_empty()
+    }
+
+    /// The first classifier by name (what TEI's `/rerank` and `/predict` serve).
+    pub fn first_classifier(&self) -> Option<String> {
+        self.models
+            .read()
+            .iter()
+            .find(|(_, e)| matches!(*e.model, ServedModel::Classifier(_)))
+            .map(|(n, _)| n.clone())
+    }
+
+    /// The first embedder by name (the default of `/v1/embeddings`).
+    pub fn first_embedder(&self) -> Option<String> {
+        self.models
+            .read()
+            .iter()
+            .find(|(_, e)| matches!(*e.model, ServedModel::Embedder(_)))
+            .map(|(n, _)| n.clone())
+    }
+}
+
+/// Waits up to `drain` for every other holder of `model` (requests in flight on it) to let
+/// go, then drops it: its queues answer what is still queued, stop their workers, and its
+/// weights are freed. Blocks: call it off the async runtime. Returns whether it drained in
+/// time; past `drain` the model is still dropped here (requests still holding it keep it
+/// alive until they end).
+pub fn retire(model: Arc<ServedModel>, drain: std::time::Duration) -> bool {
+    let until = Instant::now() + drain;
+    let mut drained = true;
+    while Arc::strong_count(&model) > 1 {
+        if Instant::now() >= until {
+            drained = false;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(model);
+    drained
+}
+
+/// Now, in Unix seconds (0 if the clock is before 1970).
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One model's queues from its replicas' specs.
+fn build(name: &str, group: Vec<ModelSpec>, config: &ModelConfig) -> Result<ServedModel> {
+    if name.is_empty() || name.contains('/') {
+        return Err(Error::Config(format!("invalid model name {name:?}")));
+    }
+    if let Some(other) = group.iter().find(|s| s.name() != name) {
+        return Err(Error::Config(format!(
+            "model {name:?}: a replica is named {:?}",
+            other.name()
+        )));
+    }
+    let devices: Vec<&Device> = group.iter().map(ModelSpec::device).collect();
+    if let Some(dup) = (1..devices.len()).find(|&i| devices[..i].iter().any(|d| d.same(devices[i])))
+    {
+        return Err(Error::Config(format!(
+            "model {name:?}: two replicas on one device ({})",
+            devices[dup].name()
+        )));
+    }
+    let labels = device_labels(&devices);
+    let mismatch = || Error::Config(format!("model {name:?}: replicas differ in kind"));
+    Ok(match group.first() {
+        Some(ModelSpec::Embedder { .. }) => {
+            let embedders = labels
+                .into_iter()
+                .zip(group)
+                .map(|(label, spec)| match spec {
+                    ModelSpec::Embedder { embedder, .. } => Ok((label, embedder)),
+                    _ => Err(mismatch()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            ServedModel::Embedder(Box::new(EmbedderEndpoint::new(embedders, config)?))
+        }
+        Some(ModelSpec::Tensor { .. }) => {
+            let tensors = labels
+                .into_iter()
+                .zip(group)
+                .map(|(label, spec)| match spec {
+                    ModelSpec::Tensor { model, .. } => Ok((label, model)),
+                    _ => Err(mismatch()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            ServedModel::Tensor(TensorEndpoint::new(tensors, &config.batch)?)
+        }
+        Some(ModelSpec::Classifier { .. }) => {
+            let classifiers = labels
+                .into_iter()
+                .zip(group)
+                .map(|(label, spec)| match spec {
+                    ModelSpec::Classifier { classifier, .. } => Ok((label, classifier)),
+                    _ => Err(mismatch()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            ServedModel::Classifier(Box::new(ClassifierEndpoint::new(classifiers, config)?))
+        }
+        None => return Err(Error::Config(format!("model {name:?} has no replica"))),
+    })
 }
 
 /// A boxed `Send` future.

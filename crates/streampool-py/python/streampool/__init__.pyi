@@ -196,6 +196,12 @@ class BatchQueue:
         max_wait_ms: how long a worker holding a partial batch waits for more (0: runs
             what is queued at once).
         normalize_embeddings: scale results to unit length.
+        priority: this queue's class on its device, shared with every other queue there:
+            ``"high"`` (latency-critical: its batches never wait for other queues' and run
+            on the device's high-priority streams), ``"normal"``, or ``"low"`` (bulk work:
+            runs when no normal batch waits). A ``ValueError`` for anything else.
+        weight: its share of the device within its class (>= 1): saturating queues of one
+            class get the device's tokens in proportion to their weights.
 
     >>> queue = BatchQueue(SentenceEmbedder("models/tiny-bert"), max_batch_tokens=4096)
     >>> queue.encode("one text").shape
@@ -211,6 +217,8 @@ class BatchQueue:
         max_queue: int = 1024,
         max_wait_ms: float = 0.0,
         normalize_embeddings: bool = False,
+        priority: str = "normal",
+        weight: int = 1,
     ) -> None: ...
     def encode(self, text: str) -> npt.NDArray[np.float32]:
         """The embedding of ``text`` (float32 ``[dim]``); blocks this thread, not the GIL."""

@@ -76,6 +76,38 @@ def test_64_threads_batch_queue(tiny):
     q.shutdown()
 
 
+def test_queues_of_several_priorities_share_one_device(tiny):
+    # Two models on one device, one latency-critical and one bulk, called from many
+    # threads at once: every answer is right whatever the class.
+    from conftest import TINY_BERT
+
+    other = streampool.SentenceEmbedder(TINY_BERT)
+    want = expected(tiny)
+    urgent = streampool.BatchQueue(tiny, max_batch_size=8, priority="high")
+    bulk = streampool.BatchQueue(other, max_batch_size=8, priority="low", weight=3)
+    assert "priority='high'" in repr(urgent) and "weight=3" in repr(bulk)
+
+    def work(k):
+        q = urgent if k % 2 else bulk
+        for r in range(6):
+            t = SENTENCES[(k + r) % len(SENTENCES)]
+            np.testing.assert_allclose(q.encode(t), want[t], atol=2e-6, rtol=0)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(work, range(16)))
+    urgent.shutdown()
+    bulk.shutdown()
+
+
+def test_an_unknown_priority_is_a_value_error(tiny):
+    import pytest
+
+    with pytest.raises(ValueError, match="urgent"):
+        streampool.BatchQueue(tiny, priority="urgent")
+    with pytest.raises(ValueError):
+        streampool.BatchQueue(tiny, weight=0)
+
+
 def test_asyncio_encode_async(tiny):
     want = expected(tiny)
     q = streampool.BatchQueue(tiny, max_batch_size=8)

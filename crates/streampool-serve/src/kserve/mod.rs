@@ -1,5 +1,6 @@
 //! The KServe v2 / Triton HTTP inference protocol: health, metadata, readiness and infer.
 
+pub mod repository;
 pub mod tensors;
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ pub async fn server_metadata() -> Json<Value> {
     Json(json!({
         "name": "streampool",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data"],
+        "extensions": ["binary_tensor_data", "model_repository"],
     }))
 }
 

@@ -309,11 +309,12 @@ impl Collector for QueueCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let snap: Snapshot = self
             .models
-            .iter()
+            .snapshot()
+            .into_iter()
             .flat_map(|(name, m)| {
                 m.replica_stats()
                     .into_iter()
-                    .map(move |r| (name.to_string(), r))
+                    .map(move |r| (name.clone(), r))
             })
             .collect();
         let e = &mut enc;
@@ -415,9 +416,36 @@ impl Collector for QueueCollector {
             None,
             MetricType::Gauge,
         )?;
-        for (name, m) in self.models.iter() {
+        for (name, m) in self.models.snapshot() {
             ConstGauge::new(m.labels().len() as i64)
-                .encode(family.encode_family(&[("model", name)])?)?;
+                .encode(family.encode_family(&[("model", name.as_str())])?)?;
+        }
+        let infos = self.models.snapshot_info();
+        let mut family = e.encode_descriptor(
+            "streampool_model_memory",
+            "Device memory a model's replica holds (weights and captured graph pools: what its \
+             loading thread left allocated)",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?;
+        for (name, _, info) in &infos {
+            for (device, bytes) in &info.resident_bytes {
+                ConstGauge::new(*bytes as i64).encode(
+                    family.encode_family(&[("model", name.as_str()), ("device", device)])?,
+                )?;
+            }
+        }
+        let mut family = e.encode_descriptor(
+            "streampool_model_weight",
+            "A model's weight within its scheduling class (label priority: high, normal, low)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, _, info) in &infos {
+            ConstGauge::new(i64::from(info.weight)).encode(family.encode_family(&[
+                ("model", name.as_str()),
+                ("priority", info.priority.as_str()),
+            ])?)?;
         }
         Ok(())
     }

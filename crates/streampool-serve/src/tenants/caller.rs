@@ -60,9 +60,20 @@ impl Caller {
     /// default model of the routes that have one.
     pub fn first(&self, registry: &Registry, kind: Kind) -> Option<String> {
         registry
-            .iter()
+            .snapshot()
+            .into_iter()
             .find(|(name, m)| kind.matches(m) && self.may_call(name))
-            .map(|(name, _)| name.to_string())
+            .map(|(name, _)| name)
+    }
+
+    /// Whether the caller may load, replace and unload models (the repository routes):
+    /// without keys, or as a tenant allowed every model. A tenant limited to some models
+    /// must not take a model from the others, so for it the server does not manage models.
+    pub fn may_manage(&self) -> bool {
+        match &self.0 {
+            Some(tenant) => tenant.models() == &super::Models::All,
+            None => true,
+        }
     }
 
     /// Charges `tokens` text tokens to the caller's tenant (once the request is tokenized:

@@ -34,7 +34,8 @@
 //! section. So a requester that sees no room and nothing in flight knows no room is about
 //! to appear; one that sees something in flight waits for it instead of failing. (Before
 //! this, a block taken off its list to be released was invisible to a second requester
-//! until the release was accounted, and that requester failed at the limit: issue #13.)
+//! until the release was accounted, and that requester failed at the limit, a spurious
+//! out-of-memory; `loom_allocator_requests_at_the_limit_wait_for_releases_in_flight` shows it.)
 //!
 //! **Lazy guards.** Where events cost a driver call (CUDA), a block used by one stream only
 //! is freed with a *lazy* guard: no event, just "stream `t` used it up to now". Its own
@@ -153,6 +154,29 @@ pub(crate) struct CachingAllocator {
     peak_allocated: Padded<AtomicUsize>,
 }
 
+thread_local! {
+    /// Bytes the calling thread took from every device's allocator less the bytes it gave
+    /// back (see [`thread_net_allocated`]). A plain cell: only its own thread touches it.
+    static THREAD_NET: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes the calling thread has allocated less the bytes it has freed, over every device's
+/// caching allocator since the thread started (negative when it freed memory others
+/// allocated). The difference across a piece of work on one thread is what that work
+/// left allocated, whatever other threads allocate meanwhile: how a model loader measures
+/// the memory a model holds while other models serve.
+///
+/// ```
+/// use streampool::{allocator::thread_net_allocated, Device, Tensor};
+/// let before = thread_net_allocated();
+/// let t = Tensor::zeros(&[1024], &Device::cpu()).unwrap();
+/// assert!(thread_net_allocated() - before >= 4096);
+/// drop(t);
+/// ```
+pub fn thread_net_allocated() -> i64 {
+    THREAD_NET.with(std::cell::Cell::get)
+}
+
 impl CachingAllocator {
     pub(crate) fn new(
         memory: Arc<dyn BackendMemory>,
@@ -187,6 +211,7 @@ impl CachingAllocator {
     }
 
     fn note_alloc(&self, size: usize) {
+        THREAD_NET.with(|n| n.set(n.get() + size as i64));
         let now = self.allocated.0.fetch_add(size, Ordering::Relaxed) + size;
         if now > self.peak_allocated.0.load(Ordering::Relaxed) {
             self.peak_allocated.0.fetch_max(now, Ordering::Relaxed);
@@ -194,6 +219,7 @@ impl CachingAllocator {
     }
 
     fn note_free(&self, size: usize) {
+        THREAD_NET.with(|n| n.set(n.get() - size as i64));
         self.allocated.0.fetch_sub(size, Ordering::Relaxed);
     }
 

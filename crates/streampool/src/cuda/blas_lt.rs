@@ -4,8 +4,8 @@
 //!
 //! `GELU_BIAS` computes GELU's tanh approximation ([`Activation::GeluTanh`]); on the H100 at
 //! MiniLM's intermediate layer (65,536 x 384 @ 384 x 1536, f16) it took 196 us against 149
-//! for the GEMM with the bias epilogue plus 155 for a separate GELU pass
-//! (`bench/results/h100-2026-11-23-s4/gelu-epilogue.md`).
+//! for the GEMM with the bias epilogue plus 155 for a separate GELU pass (PyTorch on the same
+//! GPU, the same shapes).
 //!
 //! On the H100 the bias passes of a MiniLM forward (the query/key/value, output and FFN
 //! projections) were a read and a write of every activation: a quarter of the f16 forward's
@@ -15,17 +15,17 @@
 //! plan (matmul descriptor, layouts and the heuristic's algorithm) is built once per shape and
 //! kept, so a repeated call costs one `cublasLtMatmul`.
 //!
-//! Algorithm selection: the heuristic's first choice is not always the fastest (see
-//! `bench/results/h100-2026-11-24-s7/`). For a large shape, the first eager call on a pool
-//! stream asks the heuristic for up to [`tune_candidates`] algorithms, times each on the
-//! call's own operands (CUDA events, a warm-up run then [`TUNE_RUNS`]), and keeps the fastest
-//! in a process-wide table keyed by device and shape ([`TuneKey`]: the token dimension is
-//! bucketed to a power of two, so packed batches of varying lengths tune once per bucket and
-//! reuse the choice after `cublasLtMatmulAlgoCheck` accepts it for their exact shape). Other
-//! streams and the graph-capture streams take the choice from the table; a stream that finds
-//! the shape being tuned elsewhere, or that is capturing (no waits allowed), runs the
-//! heuristic's choice meanwhile and looks again on its next call.
-//! `STREAMPOOL_CUBLASLT_TUNE=off` (or `0`) keeps the heuristic's choice, `N` times N
+//! Algorithm selection: the heuristic's first choice is not always the fastest (on the H100
+//! it was 3-14% slower than its 8th for MiniLM's GELU_BIAS GEMM). For a large shape, the
+//! first eager call on a pool stream asks the heuristic for up to [`tune_candidates`]
+//! algorithms, times each on the call's own operands (CUDA events, a warm-up run then
+//! [`TUNE_RUNS`]), and keeps the fastest in a process-wide table keyed by device and shape
+//! ([`TuneKey`]: the token dimension is bucketed to a power of two, so packed batches of
+//! varying lengths tune once per bucket and reuse the choice after `cublasLtMatmulAlgoCheck`
+//! accepts it for their exact shape). Other streams and the graph-capture streams take the
+//! choice from the table; a stream that finds the shape being tuned elsewhere, or that is
+//! capturing (no waits allowed), runs the heuristic's choice meanwhile and looks again on its
+//! next call. `STREAMPOOL_CUBLASLT_TUNE=off` (or `0`) keeps the heuristic's choice, `N` times N
 //! candidates (16 by default); `STREAMPOOL_CUBLASLT_TUNE_LOG=1` prints each timing to stderr.
 //!
 //! Choices outlive the process: each one timed is also stored in the device's
@@ -90,7 +90,7 @@ const TUNE_MIN_MACS: u64 = 1 << 28;
 /// How many of the heuristic's algorithms to time (`STREAMPOOL_CUBLASLT_TUNE`: `off`/`0`
 /// none, else a count up to 32; 16 by default). On the H100 the fastest of MiniLM's GELU_BIAS
 /// GEMMs was the heuristic's last (8th) at most token counts; asked for 16 or 32, cuBLASLt
-/// 13.0 still offered 8 for every MiniLM shape (`bench/results/h100-2026-11-24-s7/`).
+/// 13.0 still offered 8 for every MiniLM shape.
 pub(crate) fn tune_candidates() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| match std::env::var("STREAMPOOL_CUBLASLT_TUNE") {

@@ -236,8 +236,27 @@ impl BackendDevice for CudaDevice {
         Ok(Arc::new(stream::CudaStream::new(raw, self.shared.clone())))
     }
 
+    fn create_high_priority_stream(&self, _index: usize) -> Result<Arc<dyn BackendStream>> {
+        // The greatest priority the context allows (numerically the least; 0 is the
+        // default): the block scheduler dispatches these streams' pending blocks first.
+        let (_, greatest) =
+            result::stream::get_priority_range().map_err(|e| driver_err(&self.shared.name, e))?;
+        let raw = self
+            .shared
+            .ctx
+            .new_stream_with_priority(greatest)
+            .map_err(|e| driver_err(&self.shared.name, e))?;
+        Ok(Arc::new(stream::CudaStream::new(raw, self.shared.clone())))
+    }
+
     fn has_packed_kernels(&self) -> bool {
         true
+    }
+
+    fn memory_info(&self) -> Option<(usize, usize)> {
+        // The context must be current on this thread for `cuMemGetInfo`.
+        self.bind().ok()?;
+        result::mem_get_info().ok()
     }
 
     fn cheap_events(&self) -> bool {

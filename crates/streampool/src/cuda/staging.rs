@@ -3,12 +3,12 @@
 //! A copy to pageable memory goes through the driver's own staging buffers and is synchronous
 //! ("API synchronization behavior", CUDA driver API docs); such copies from many threads queue
 //! behind each other there (on the H100, `to_vec` of a small tensor went from 0.96x to 3.8x
-//! at 8 threads vs 1 with staging: bench/results/cuda-2026-11-23/run2/profile.log). Into
-//! pinned memory the copy is a plain DMA on the stream. So copies up to [`MAX_STAGED`] bytes
-//! land in a pinned buffer of the stream, which the host reads once the copy's event has
-//! completed; larger copies are bandwidth-bound and use the pageable path. Each stream keeps
-//! at most [`MAX_BUFFERS`] buffers; when all are in use (threads sharing the stream) the
-//! pageable path is used, so pinned memory stays bounded (32 streams x 4 x 1 MiB at most).
+//! at 8 threads vs 1 with staging). Into pinned memory the copy is a plain DMA on the stream.
+//! So copies up to [`MAX_STAGED`] bytes land in a pinned buffer of the stream, which the host
+//! reads once the copy's event has completed; larger copies are bandwidth-bound and use the
+//! pageable path. Each stream keeps at most [`MAX_BUFFERS`] buffers; when all are in use
+//! (threads sharing the stream) the pageable path is used, so pinned memory stays bounded (32
+//! streams x 4 x 1 MiB at most).
 
 use cudarc::driver::result;
 
@@ -135,13 +135,13 @@ const UPLOAD_SEGMENTS: usize = 4;
 ///
 /// A pageable `cuMemcpyHtoDAsync` synchronizes the whole stream before it copies ("API
 /// synchronization behavior", CUDA driver API docs), which is what made the bench's call
-/// collapse with threads (bench/results/cuda-2026-11-23/scaling/). From pinned memory the copy
-/// is a plain DMA on the stream. The ring hands out consecutive regions; when the write head
-/// leaves a segment, one event recorded on the stream marks the end of every copy from it,
-/// so an upload costs a host `memcpy` and one driver call, and an event is recorded once per
-/// [`UPLOAD_SEGMENT`] bytes rather than per copy. A segment is reused only once its event
-/// has completed; if it has not (the GPU is far behind), the upload takes the pageable path
-/// instead of waiting, so pinned memory stays bounded.
+/// collapse with threads on the H100. From pinned memory the copy is a plain DMA on the stream.
+/// The ring hands out consecutive regions; when the write head leaves a segment, one event
+/// recorded on the stream marks the end of every copy from it, so an upload costs a host
+/// `memcpy` and one driver call, and an event is recorded once per [`UPLOAD_SEGMENT`] bytes
+/// rather than per copy. A segment is reused only once its event has completed; if it has not
+/// (the GPU is far behind), the upload takes the pageable path instead of waiting, so pinned
+/// memory stays bounded.
 pub(crate) struct UploadRing {
     ptr: *mut u8,
     /// Write offset into the ring.

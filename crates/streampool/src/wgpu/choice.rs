@@ -59,8 +59,8 @@ impl Default for MatmulChoice {
 
 /// Workgroups a blocked matmul should fill before a larger tile is taken: about two per
 /// multiprocessor of a large GPU (an H100 has 132). Tuned on the H100 through Vulkan
-/// (`bench/results/wgpu-2026-11-24-s7/h100-matmul-sweep.md`): with 256 the automatic
-/// choice is within 11% of the best of the ten tiles swept at each of its shapes (f32).
+/// (`bench/results/wgpu-fma-matmul/`): with 256 the automatic choice is within 11% of the
+/// best of the ten tiles swept at each of its shapes (f32).
 pub(crate) const DEFAULT_GROUPS: usize = 256;
 /// Slice depth of the automatic blocked tiles.
 const DEFAULT_BK: u32 = 16;
@@ -166,8 +166,8 @@ const GEMV_GROUPS: usize = 128;
 /// Adapters the cooperative-matrix kernels ran on, were checked against float64 and the
 /// real model's accuracy bounds, and beat the FMA kernels at the models' shapes: `(PCI
 /// vendor id, backend, a part of the adapter's name)`. `WgpuCoopMatrix::Auto` takes them
-/// only on these. The H100 through NVIDIA's Vulkan driver (580.159.04), session 10
-/// (`bench/results/wgpu-2026-11-27-s10/`): the `streampool` wgpu suite 74/74 with the kernels
+/// only on these. The H100 through NVIDIA's Vulkan driver (580.159.04)
+/// (`bench/results/wgpu/`): the `streampool` wgpu suite 74/74 with the kernels
 /// on (alone and two at once), the real MiniLM f16 at min cosine 0.9999982 to
 /// sentence-transformers, and every MiniLM product shape 1.6-2.3x the FMA kernels (2048^3:
 /// 107.6 against 32.0 TFLOP/s). Another adapter (the H200 included) is added only after the

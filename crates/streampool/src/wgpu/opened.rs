@@ -2,14 +2,14 @@
 //!
 //! **Why nothing is torn down.** NVIDIA's Vulkan driver (580, H100) deadlocks when a
 //! `VkDevice` is destroyed while other threads are in the driver. In the stack dump of the
-//! hung parallel test suite (`bench/results/wgpu-2026-11-25-s8/`), the one thread inside the
-//! driver that was not waiting for the driver's lock was in `vkDestroyDevice`, waiting for
-//! another thread to finish; an exiting thread was blocked on that lock in the driver's
-//! thread-exit (pthread key) destructor, and every other call into the driver from any device
-//! (`vkQueueSubmit`, `vkBeginCommandBuffer`, `vkCreateInstance`, `vkDestroyInstance`) was
-//! queued behind it, GPU idle. The suite opens and drops dozens of devices while other
-//! tests' threads come and go, and hung in 6 of 9 runs on the H100 (sessions 7 and 8); see
-//! also gfx-rs/wgpu#8365 (NVIDIA's driver deadlocking in teardown, an external driver bug).
+//! hung parallel test suite on an H100, the one thread inside the driver that was not waiting
+//! for the driver's lock was in `vkDestroyDevice`, waiting for another thread to finish; an
+//! exiting thread was blocked on that lock in the driver's thread-exit (pthread key)
+//! destructor, and every other call into the driver from any device (`vkQueueSubmit`,
+//! `vkBeginCommandBuffer`, `vkCreateInstance`, `vkDestroyInstance`) was queued behind it, GPU
+//! idle. The suite opens and drops dozens of devices while other tests' threads come and go,
+//! and hung in 6 of 9 runs on the H100 before this; see also gfx-rs/wgpu#8365 (NVIDIA's driver
+//! deadlocking in teardown, an external driver bug).
 //!
 //! So this process destroys no `VkDevice` and no `VkInstance` while it runs: there is one
 //! `wgpu::Instance`, and one `wgpu::Device` with its queue per adapter and feature set,

@@ -106,6 +106,11 @@ pub struct Args {
     /// its dtype.
     #[arg(long, value_delimiter = ',', value_name = "DTYPES")]
     dtypes: Option<Vec<ComputeDType>>,
+    /// Shape buckets of the encoder workloads: steps per octave the batch shapes (packed
+    /// token totals, padded rows and lengths) are rounded up on (0: off, every batch at its
+    /// own shape) [default: the embedder's].
+    #[arg(long, value_name = "STEPS")]
+    buckets: Option<u32>,
     /// Texts per device batch in the embedder's direct calls (ceiling, threading): a larger
     /// call runs in chunks, tokenizing each while the device runs the one before.
     #[arg(long, default_value_t = streampool_nn::DEFAULT_EMBED_CHUNK)]
@@ -248,7 +253,8 @@ pub fn run(args: Args) -> Result<()> {
             }
             let choice = choice.as_ref().expect("chosen just above");
             if encoder.is_none() {
-                let emb = EncoderWorkload::load(&dev, choice, dtype, args.embed_chunk)?;
+                let emb =
+                    EncoderWorkload::load(&dev, choice, dtype, args.embed_chunk, args.buckets)?;
                 let label = format!("{} {dtype}", choice.label);
                 labels.push(label.clone());
                 encoder = Some((emb, label));

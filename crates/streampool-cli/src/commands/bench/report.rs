@@ -162,7 +162,7 @@ pub struct Report {
     /// CPU device: threads of the intra-op pool that every stream shares.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_threads: Option<usize>,
-    /// CPU device: the path `bf16` products take (`amx`, `avx512` or `portable`; #24).
+    /// CPU device: the path `bf16` products take (`amx`, `avx512` or `portable`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_bf16_path: Option<String>,
     /// The host's CPU model and the cores this process may use.
@@ -210,7 +210,8 @@ fn find<'a>(
 }
 
 /// The batch and fraction of the end-to-end target: in process, text in, at batch 512, at
-/// least 85% of the pre-tokenized forward's sentences per second (issue 19).
+/// least 85% of the pre-tokenized forward's sentences per second (the tokenization must
+/// overlap the device, not add to it).
 const E2E_BATCH: usize = 512;
 const E2E_FRACTION: f64 = 0.85;
 

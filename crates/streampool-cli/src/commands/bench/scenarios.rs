@@ -426,7 +426,7 @@ mod tests {
             dir: find_tiny_bert().unwrap(),
             label: "tiny-bert".into(),
         };
-        let emb = EncoderWorkload::load(&dev, &choice, ComputeDType::F32, 4).unwrap();
+        let emb = EncoderWorkload::load(&dev, &choice, ComputeDType::F32, 4, None).unwrap();
         Arc::new(EncoderWorkload::with_seq(emb, seq).unwrap())
     }
 

@@ -285,6 +285,7 @@ impl EncoderWorkload {
         choice: &EncoderChoice,
         dtype: ComputeDType,
         chunk: usize,
+        buckets: Option<u32>,
     ) -> Result<Arc<SentenceEmbedder>> {
         let load = || -> Result<SentenceEmbedder> {
             let model = BertModel::load_with(device, &choice.dir, dtype)?;
@@ -292,11 +293,13 @@ impl EncoderWorkload {
             let tokenizer = BertTokenizer::from_file(choice.dir.join("tokenizer.json"), max)?;
             Ok(SentenceEmbedder::new(tokenizer, model)?)
         };
-        Ok(Arc::new(
-            load()
-                .with_context(|| format!("loading {} as {dtype}", choice.dir.display()))?
-                .with_chunk_size(chunk),
-        ))
+        let mut emb = load()
+            .with_context(|| format!("loading {} as {dtype}", choice.dir.display()))?
+            .with_chunk_size(chunk);
+        if let Some(steps_per_octave) = buckets {
+            emb = emb.with_shape_buckets(streampool_nn::ShapeBuckets { steps_per_octave });
+        }
+        Ok(Arc::new(emb))
     }
 
     /// The workload at `seq` tokens; checks that the sentences tokenize to exactly `seq`.

@@ -8,7 +8,7 @@
 //! | `gemm` (`STREAMPOOL_CPU_ATTENTION=gemm`, and every other case) | any | two single-threaded `gemm` crate calls | vectorized loops |
 //!
 //! On the 16-core Xeon at MiniLM's 32 tokens (batch 64, 12 heads of 32) the `gemm` path ran
-//! at about 140 GFLOP/s (`bench/results/cpu-2026-11-25-s9/`): per pair, `gemm`'s dispatch
+//! at about 140 GFLOP/s (`bench/results/cpu-forward/`): per pair, `gemm`'s dispatch
 //! and a softmax whose masked maximum and `exp` stayed scalar outweighed the arithmetic.
 
 #[cfg(target_arch = "x86_64")]

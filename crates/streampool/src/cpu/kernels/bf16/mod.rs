@@ -1,4 +1,4 @@
-//! `bf16` matrix products on x86 hosts that have `bf16` arithmetic (#24): the opt-in half
+//! `bf16` matrix products on x86 hosts that have `bf16` arithmetic: the opt-in half
 //! dtype of the CPU device (`--dtype bf16`), `f32` accumulation.
 //!
 //! | path | hardware | instruction | what it computes per step |

@@ -1,4 +1,4 @@
-//! `f32` products against a prepacked weight (#24): our own register-blocked microkernels
+//! `f32` products against a prepacked weight: our own register-blocked microkernels
 //! over a weight packed once, when its first product runs, and kept in the weight's
 //! [`PackSlot`] for every later product on any stream or thread.
 //!
@@ -22,8 +22,8 @@
 //! `STREAMPOOL_CPU_SGEMM_UNITS=N` for N). The pool's tasks claim runs of units from one
 //! shared counter ([`intra_op::for_ranges_guided`]: long runs first, short ones as the grid
 //! drains): on the 16-core Xeon that gave MiniLM's products 12-24% over fixed pieces
-//! (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, session 8's split, which left some threads a piece
-//! behind), 1,229-1,480 GFLOP/s of the host's 1,556 (`bench/results/cpu-2026-11-25-s9/`).
+//! (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, the split before, which left some threads a piece
+//! behind), 1,229-1,480 GFLOP/s of the host's 1,556 (`bench/results/cpu-forward/`).
 //! Each tile runs the whole of `k` in one pass by default; `STREAMPOOL_CPU_SGEMM_KC=N` makes
 //! passes of `N` (a panel's rows then stay in L1 across the row tiles; the row block is then
 //! sized for `N` columns): on that Xeon, steps of 192 or 256 were 1.4x faster on one thread
@@ -408,7 +408,8 @@ fn units_per_thread() -> usize {
 }
 
 /// Whether the units are claimed from a shared counter ([`intra_op::for_ranges_guided`], the
-/// default) or split into fixed pieces (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, session 8's).
+/// default) or split into fixed pieces (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, the split before,
+/// kept to compare).
 fn guided() -> bool {
     static GUIDED: OnceLock<bool> = OnceLock::new();
     *GUIDED.get_or_init(|| {
