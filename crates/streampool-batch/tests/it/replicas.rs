@@ -3,14 +3,10 @@
 //! replica isolated, nothing lost. Gates hold batches inside the model so the loads the
 //! router sees are exact, never a matter of timing.
 
-#![cfg(not(loom))]
-
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, Tagger, HANG_GUARD};
+use crate::util::{eventually, Tagger, HANG_GUARD};
 use streampool::{Device, DeviceConfig, Tensor};
 use streampool_batch::{
     BatchConfig, BatchContext, BatchError, BatchModel, Handle, ModelError, Replicas, RowModel,
@@ -93,7 +89,7 @@ fn a_busy_replica_gets_no_requests_while_others_are_idle() {
 
 /// Answers `x` with `x + 1`; a request's cost is `x` (think: its token count).
 struct Weighed {
-    gate: common::Gate,
+    gate: crate::util::Gate,
 }
 
 impl BatchModel for Weighed {
@@ -113,7 +109,7 @@ fn routing_balances_cost_not_request_count() {
     let models: Vec<Arc<Weighed>> = (0..2)
         .map(|_| {
             Arc::new(Weighed {
-                gate: common::Gate::default(),
+                gate: crate::util::Gate::default(),
             })
         })
         .collect();

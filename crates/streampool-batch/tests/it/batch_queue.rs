@@ -2,17 +2,11 @@
 //! buckets, async, shutdown and stats. Models are host-only test models; gates hold a batch
 //! inside the model so queue states are reached deterministically, never by timing.
 
-// Built only without `--cfg loom`: loom types panic outside a loom model, and tokio has
-// its own loom mode.
-#![cfg(not(loom))]
-
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, Tagger, HANG_GUARD};
+use crate::util::{eventually, Tagger, HANG_GUARD};
 use parking_lot::Mutex;
 use streampool::Device;
 use streampool_batch::{
@@ -465,7 +459,7 @@ struct StreamProbe {
     /// (worker, stream index, whether all workers were inside the model together).
     seen: Mutex<Vec<(usize, usize, bool)>>,
     entered: std::sync::atomic::AtomicUsize,
-    gate: common::Gate,
+    gate: crate::util::Gate,
 }
 
 impl BatchModel for StreamProbe {
@@ -498,7 +492,7 @@ fn each_worker_runs_on_its_own_stream_concurrently() {
         device: Device::cpu(),
         seen: Mutex::new(Vec::new()),
         entered: Default::default(),
-        gate: common::Gate::default(),
+        gate: crate::util::Gate::default(),
     });
     // One request per batch, so four batches must be inside the model at the same time for
     // the gate to open: batch N+1 forms and starts while batch N still runs.

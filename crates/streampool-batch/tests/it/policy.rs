@@ -5,14 +5,10 @@
 //! hold batches inside the model, so every queue state is reached deterministically; the one
 //! timing assertion bounds an idle request's answer by a second.
 
-#![cfg(not(loom))]
-
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, Gate, Tagger, HANG_GUARD};
+use crate::util::{eventually, Gate, Tagger, HANG_GUARD};
 use parking_lot::Mutex;
 use streampool_batch::{
     BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, Handle, ModelError, Overload,

@@ -3,12 +3,10 @@
 //! (every request answered once, to its caller; deadlines; backpressure; shutdown) hold, and
 //! preparation really overlaps the running batch.
 
-mod common;
-
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use common::{eventually, Gate};
+use crate::util::{eventually, Gate};
 use parking_lot::Mutex;
 use streampool_batch::{
     BatchConfig, BatchContext, BatchError, BatchModel, BatchQueue, ModelError, Overload, Prepared,

@@ -1,13 +1,11 @@
 //! RowModel with a real tensor MLP on the CPU device: batched rows equal rows run alone.
 
-// Built only without `--cfg loom`: loom types panic outside a loom model, and tokio has
-// its own loom mode.
-#![cfg(not(loom))]
-
 use std::time::Duration;
 
 use streampool::{Activation, Device, Tensor};
 use streampool_batch::{BatchConfig, BatchError, BatchQueue, RowModel};
+
+use crate::util::close;
 
 const IN: usize = 16;
 const HIDDEN: usize = 32;
@@ -31,13 +29,6 @@ fn row(i: usize) -> Vec<f32> {
     (0..IN)
         .map(|j| ((i * 31 + j * 7) % 23) as f32 / 11.0 - 1.0)
         .collect()
-}
-
-fn close(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()))
 }
 
 #[test]
