@@ -2,20 +2,11 @@
 //! given (padded path, packed path, f32 and f16), the bucketed inputs keep the real rows and
 //! tokens in front, and a mixed-length corpus meets a bounded number of shapes.
 
+use crate::util::cosine;
 use streampool::Device;
 use streampool_nn::{
     tiny_bert_dir, BertInput, ComputeDType, PackedInput, SentenceEmbedder, ShapeBuckets,
 };
-
-fn cos(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b)).max(1e-300)
-}
 
 /// Texts whose token counts are off the bucket grid (so the buckets add rows and padding).
 fn texts(n: usize) -> Vec<String> {
@@ -67,7 +58,7 @@ fn bucketed_batches_embed_as_the_batch_given() {
             let worst = x
                 .chunks_exact(on.dim())
                 .zip(y.chunks_exact(on.dim()))
-                .map(|(p, q)| cos(p, q))
+                .map(|(p, q)| cosine(p, q))
                 .fold(1.0f64, f64::min);
             let bound = if dtype == ComputeDType::F32 {
                 0.99999

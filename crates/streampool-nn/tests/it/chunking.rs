@@ -3,6 +3,8 @@
 //! and padding is masked.
 
 use streampool::Device;
+
+use crate::util::max_abs_diff;
 use streampool_nn::{find_minilm, tiny_bert_dir, SentenceEmbedder, DEFAULT_EMBED_CHUNK};
 
 /// Texts of very different lengths, so chunks pad to different lengths than the whole batch.
@@ -36,9 +38,7 @@ fn max_chunking_diff(load: impl Fn() -> SentenceEmbedder) -> f32 {
             "chunk {chunk}: one embedding per text"
         );
         for (g, w) in got.iter().zip(&whole) {
-            for (a, b) in g.iter().zip(w) {
-                worst = worst.max((a - b).abs());
-            }
+            worst = worst.max(max_abs_diff(g, w) as f32);
         }
     }
     worst

@@ -1,8 +1,6 @@
 //! One shared model, 8 threads, different inputs: every output equals the single-threaded
 //! result bit for bit (the CPU backend runs each stream's kernels in a fixed order).
 
-mod common;
-
 use std::sync::Arc;
 
 use streampool::Device;
@@ -32,7 +30,7 @@ fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
 /// Embeds every thread's input once on this thread, then from `THREADS` threads at once
 /// (`rounds` times each), and checks that every result is bit-identical.
 fn check(emb: SentenceEmbedder, rounds: usize) {
-    let texts = common::texts(&common::reference("tiny_bert_reference.json"));
+    let texts = crate::util::texts(&crate::util::reference("tiny_bert_reference.json"));
     let work = inputs(&texts);
     let emb = Arc::new(emb);
     let expected: Vec<(Vec<Vec<u32>>, Vec<u32>)> = work

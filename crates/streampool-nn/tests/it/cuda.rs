@@ -1,12 +1,9 @@
 //! The models on the CUDA backend (feature `cuda`, needs a GPU): tiny-bert and
 //! all-MiniLM-L6-v2 against their references, and 8 threads against one.
-#![cfg(feature = "cuda")]
-
-mod common;
 
 use std::sync::Arc;
 
-use common::*;
+use crate::util::*;
 use streampool::Device;
 use streampool_nn::{find_minilm, tiny_bert_dir, ComputeDType, SentenceEmbedder};
 
@@ -177,7 +174,7 @@ fn families_on_cuda_match_references() {
     }
 }
 
-/// Issue 20 on the GPU: a batch of mixed lengths runs packed (varlen attention, packed
+/// Packed batches on the GPU: a batch of mixed lengths runs packed (varlen attention, packed
 /// pooling) in f16/bf16 and gives the padded path's embeddings (cosine >= 0.9999 per
 /// sentence), on the eager run and on the graph replays; and MiniLM in f16 with GELU's tanh
 /// form in the GEMM epilogue keeps a minimum cosine of 0.99999 to sentence-transformers fp32.

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
+
+use crate::util::in_own_process;
 use streampool::Device;
 use streampool_nn::{
     find_minilm, tiny_bert_dir, BertConfig, BertInput, BertModel, BertTokenizer, ComputeDType,
@@ -214,15 +216,18 @@ fn bad_inputs_are_errors() {
 
 #[test]
 fn find_minilm_reports_a_bad_override() {
-    // The only test in this binary that touches the environment.
-    std::env::set_var(MINILM_DIR_ENV, "/nonexistent/minilm");
-    let err = find_minilm().unwrap_err();
-    std::env::remove_var(MINILM_DIR_ENV);
-    let msg = err.to_string();
-    assert!(
-        msg.contains(MINILM_DIR_ENV) && msg.contains("/nonexistent/minilm"),
-        "{msg}"
-    );
+    // In a process of its own: the other tests of this binary look for the model through the
+    // same variable, and setting a variable while another thread reads one is not safe.
+    in_own_process("errors::find_minilm_reports_a_bad_override", || {
+        std::env::set_var(MINILM_DIR_ENV, "/nonexistent/minilm");
+        let err = find_minilm().unwrap_err();
+        std::env::remove_var(MINILM_DIR_ENV);
+        let msg = err.to_string();
+        assert!(
+            msg.contains(MINILM_DIR_ENV) && msg.contains("/nonexistent/minilm"),
+            "{msg}"
+        );
+    });
 }
 
 /// f16 activations past 65504 become infinities on store and NaN after layer norm: `embed`

@@ -7,9 +7,7 @@
 //! 1e-4 relative; f16 and bf16 (CPU backend, the same contract as the CUDA kernels) within a
 //! few times their storage rounding.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use serde_json::Value;
 use streampool::Device;
 use streampool_nn::pooling::PoolingMode;

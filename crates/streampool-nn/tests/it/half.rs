@@ -3,9 +3,7 @@
 //! (printed with `--nocapture`): storage rounding is 2^-11 (f16) and 2^-8 (bf16) relative.
 //! The quantized dtype (int8) against each tiny model's own f32 through the accuracy gate.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use streampool::Device;
 use streampool_nn::accuracy::{
     gate_corpus, measure, AccuracyThresholds, GateCache, GateSource, QuantizationGate, GATE_TOP_K,

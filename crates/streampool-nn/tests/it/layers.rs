@@ -1,8 +1,6 @@
 //! Each layer against a float64 reference computed here (relative error < 1e-5).
 
-mod common;
-
-use common::rel_err;
+use crate::util::rel_err;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use streampool::{Device, Tensor};
 use streampool_nn::layers::activation;

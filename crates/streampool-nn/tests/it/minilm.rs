@@ -1,9 +1,7 @@
 //! all-MiniLM-L6-v2 against sentence-transformers (tests/data/minilm_reference.json).
 //! Needs the model (scripts/fetch-minilm.sh); each test skips with a message when it is absent.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use streampool::Device;
 use streampool_nn::accuracy::{AccuracyThresholds, GateCache, GateSource, GATE_TOP_K};
 use streampool_nn::{find_minilm, Activation, ComputeDType, LoadOptions, SentenceEmbedder};
@@ -100,7 +98,7 @@ fn half_precision_embeddings_match_sentence_transformers() {
     }
 }
 
-/// The GELU of f16/bf16 layers (issue 20): the tanh approximation (the default in half
+/// The GELU of f16/bf16 layers: the tanh approximation (the default in half
 /// precision, which CUDA computes in the GEMM epilogue) against BERT's erf form, both against
 /// the fp32 sentence-transformers embeddings. The tanh form is used only if f16 keeps a
 /// minimum cosine of 0.99999 to the reference; bf16's own rounding is coarser (its erf run is

@@ -1,8 +1,9 @@
-//! Packed (varlen) batches against padded ones (issue 20), on the CPU backend: the packed
+//! Packed (varlen) batches against padded ones, on the CPU backend: the packed
 //! forward gives the padded forward's hidden states at the real tokens, and the embedder's
 //! packed path gives the padded path's embeddings (cosine >= 0.9999 per sentence), on the
 //! shipped tiny-bert and, where installed, all-MiniLM-L6-v2.
 
+use crate::util::cosine;
 use streampool::{DType, Device};
 use streampool_nn::{
     find_minilm, tiny_bert_dir, BertInput, BertModel, ComputeDType, PackedInput, SentenceEmbedder,
@@ -22,16 +23,6 @@ fn sequences(lens: &[usize]) -> Vec<Vec<i64>> {
                 .collect()
         })
         .collect()
-}
-
-fn cos(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b)).max(1e-300)
 }
 
 #[test]
@@ -104,7 +95,7 @@ fn embedder_paths_agree(dir: &std::path::Path, texts: &[String], bound: f64, lab
         let worst = packed
             .chunks_exact(dim)
             .zip(padded.chunks_exact(dim))
-            .map(|(p, q)| cos(p, q))
+            .map(|(p, q)| cosine(p, q))
             .fold(1.0f64, f64::min);
         println!(
             "{label} {dtype}: packed vs padded, min cosine over {} sentences {worst:.8}",

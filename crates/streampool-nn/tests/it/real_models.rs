@@ -4,9 +4,7 @@
 //! prints `SKIPPED` and passes without them (CI does not download these checkpoints:
 //! `scripts/check-real-models.sh` runs it and keeps the log).
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use streampool::Device;
 use streampool_nn::SentenceEmbedder;
 

@@ -1,8 +1,6 @@
 //! models/tiny-bert against the float64 numpy reference (tests/data/tiny_bert_reference.json).
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use streampool::Device;
 use streampool_nn::{tiny_bert_dir, BertModel, SentenceEmbedder};
 

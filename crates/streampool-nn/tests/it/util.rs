@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests: reference files and comparisons.
-#![allow(dead_code)] // each test binary uses a different subset
+//! Helpers shared by the integration tests: reference files, the crate's closeness measures
+//! (max abs diff, cosine, relative error: every tolerance of the tests is one of these), and
+//! [`in_own_process`] for a test that changes what a process has only one of.
 
 use std::path::PathBuf;
 
@@ -60,20 +61,23 @@ pub fn stored_input(r: &Value) -> BertInput {
     .expect("stored batch is well formed")
 }
 
-pub fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
+/// `max |a - b|`, in f64, against a reference `b` in f64 or f32.
+pub fn max_abs_diff<R: Copy + Into<f64>>(a: &[f32], b: &[R]) -> f64 {
     assert_eq!(a.len(), b.len(), "lengths differ");
     a.iter()
         .zip(b)
-        .map(|(&x, &y)| (x as f64 - y).abs())
+        .map(|(&x, &y)| (x as f64 - y.into()).abs())
         .fold(0.0, f64::max)
 }
 
-pub fn cosine(a: &[f32], b: &[f64]) -> f64 {
+/// The cosine of the angle between `a` and `b` (in f64 or f32), computed in f64; 0 when
+/// either is all zeros.
+pub fn cosine<R: Copy + Into<f64>>(a: &[f32], b: &[R]) -> f64 {
     assert_eq!(a.len(), b.len(), "lengths differ");
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y.into()).sum();
     let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
-    dot / (na * nb)
+    let nb: f64 = b.iter().map(|&y| y.into().powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb).max(1e-300)
 }
 
 /// `max |a - b| / max |b|`: the error relative to the reference's scale.
@@ -166,4 +170,31 @@ pub fn check_tiny_bert_dtype_on(
         worst = worst.min(c);
     }
     println!("{label} tiny-bert {dtype}: min embedding cosine {worst:.8} (bound {min_cos})");
+}
+
+/// Runs the test `name` (its path in this binary: `module::test`) alone in a child process of
+/// this test binary and fails if it fails there; in that child, runs `body`. For a test that
+/// changes what a process has only one of (an environment variable): the other tests of this
+/// binary run in parallel in this process and would see the change.
+pub fn in_own_process(name: &str, body: impl FnOnce()) {
+    const CHILD: &str = "STREAMPOOL_NN_TEST_CHILD";
+    if std::env::var_os(CHILD).is_some_and(|v| v == name) {
+        return body();
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, name)
+        .output()
+        .expect("start this test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    print!("{text}");
+    assert!(
+        out.status.success() && text.contains("test result: ok. 1 passed"),
+        "{name} in its own process: {}",
+        out.status
+    );
 }

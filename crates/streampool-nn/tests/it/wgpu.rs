@@ -1,11 +1,8 @@
 //! The models on the wgpu backend (feature `wgpu`): tiny-bert and all-MiniLM-L6-v2 against
 //! their references (lavapipe in CI, NVIDIA's Vulkan driver on the H100). Skips loudly where
 //! no wgpu adapter exists at all.
-#![cfg(feature = "wgpu")]
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use streampool::{DType, Device};
 use streampool_nn::{find_minilm, tiny_bert_dir, BertModel, ComputeDType, SentenceEmbedder};
 
@@ -27,7 +24,7 @@ fn tiny_bert_on_wgpu_matches_reference() {
 
 /// On Mesa's software Vulkan (llvmpipe) MiniLM takes over two minutes on CI's two cores, so
 /// there it runs only with `STREAMPOOL_WGPU_MINILM=1` (it passed so: max abs diff 1.6e-7,
-/// cosine 1 - 1e-12, `bench/results/wgpu-2026-11-23/`); on GPUs it always runs.
+/// cosine 1 - 1e-12, on 2026-11-23); on GPUs it always runs.
 #[test]
 fn minilm_on_wgpu_matches_sentence_transformers() {
     let Some(dev) = gpu() else { return };
@@ -57,8 +54,8 @@ fn minilm_on_wgpu_matches_sentence_transformers() {
         dev.name()
     );
     assert!(c >= 0.9999, "min cosine {c}");
-    // f16 (weights converted at load), where the adapter has SHADER_F16: the bound of
-    // DESIGN.md, per sentence.
+    // f16 (weights converted at load), where the adapter has SHADER_F16: half precision's
+    // bound for embeddings (cosine 0.999), per sentence.
     if has_f16(&dev) {
         let emb = SentenceEmbedder::load_with(&dev, &dir, ComputeDType::F16).unwrap();
         let got = emb.embed(&refs(&texts(&r))).unwrap();
