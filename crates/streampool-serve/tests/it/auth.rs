@@ -1,11 +1,9 @@
 //! Who may call (`ServeConfig::api_key`), and a panicking handler staying in its request.
 
-mod common;
-
+use crate::util::*;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
-use common::*;
 use serde_json::{json, Value};
 use streampool::Device;
 use streampool_serve::{harden, ApiKey, AppState, ModelSpec, ServeConfig, TensorModel};

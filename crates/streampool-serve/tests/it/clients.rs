@@ -4,11 +4,9 @@
 //! against the in-process models. CI installs the packages (`.ci/run`); without them this test
 //! prints a loud SKIP and passes.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::util::*;
 use serde_json::json;
 
 const PACKAGES: &str = "import tritonclient.http, openai, numpy";

@@ -6,13 +6,9 @@
 //! does not depend on timing. The first test sends a real SIGTERM to this test process,
 //! after installing its own listener so that the signal can never take its default action.
 
-#![cfg(unix)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use serde_json::{json, Value};
 use streampool_serve::{Error, ModelSpec, ServeConfig};
 use tokio::signal::unix::{signal, SignalKind};

@@ -1,12 +1,13 @@
-//! The short fuzz run CI makes (issue #25): the committed seeds of `fuzz/seeds/` and a
+//! The short fuzz run CI makes: the committed seeds of `fuzz/seeds/` and a
 //! fixed-seed mutation run over them, through the same harness the cargo-fuzz targets drive
 //! (`streampool_serve::fuzzing`), with no sanitizer build. The coverage-guided runs are
 //! longer and documented in `fuzz/README.md`; any crash input they find is committed to
 //! `fuzz/seeds/` and so replayed here from then on.
 //!
 //! A finding fails the test: a panic, a 500, a malformed or `null`-carrying answer, or a
-//! single allocation over [`ALLOC_LIMIT`] (this binary's allocator refuses it, which aborts
-//! the process, as the issue's 8 TiB request did).
+//! single allocation over [`ALLOC_LIMIT`] (the test binary's allocator, defined here, refuses
+//! it, which aborts the process, as an 8 TiB request once did). That allocator is the whole
+//! binary's, so every server test of this crate runs under the same bound.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};

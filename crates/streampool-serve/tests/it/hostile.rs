@@ -1,17 +1,15 @@
-//! Hostile requests against a live server (issue #25): each class of odd input is answered
+//! Hostile requests against a live server: each class of odd input is answered
 //! with a clear 4xx (or the documented 422 for a non-finite result), never a crash, a dropped
 //! connection, an allocation sized by the client, or a wrong answer under 200; after each,
 //! the server still answers a valid request correctly.
 
-mod common;
 // Connections: timeouts, the connection cap, `Expect: 100-continue`, chunked bodies, the
-// open-file limit (a module of this binary, not a test binary of its own).
-#[path = "hostile/connections.rs"]
+// open-file limit.
 mod connections;
 
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use serde_json::{json, Value};
 use streampool_serve::ServeConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -77,7 +75,7 @@ async fn expect(s: &TestServer, body: Value, status: u16, needle: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shapes_declaring_more_than_the_data_are_refused_before_allocating() {
     let s = start(test_config(), vec![]).await;
-    // The issue's 100-byte body that aborted the process (an 8 TiB allocation).
+    // A 100-byte body that once aborted the process (it asked for an 8 TiB allocation).
     expect(
         &s,
         json!({"inputs":[{"name":"input","shape":[4294967296u64, 256],"datatype":"FP32","data":[0.0]}]}),
@@ -106,8 +104,8 @@ async fn shapes_declaring_more_than_the_data_are_refused_before_allocating() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overflowing_shapes_and_huge_declared_sizes_are_400() {
     let s = start(test_config(), vec![]).await;
-    // The issue's shape: its count fits in 64 bits (it panicked allocating 8 bytes per
-    // element), and it is far over the element limit.
+    // A shape whose count fits in 64 bits (a server once panicked allocating 8 bytes per
+    // element for it), and is far over the element limit.
     expect(
         &s,
         json!({"inputs":[{"name":"input","shape":[3037000500u64, 3037000500u64],"datatype":"FP32","data":[0.0]}]}),

@@ -2,12 +2,10 @@
 //! model. Every request is answered (none lost), each either 503 or its own correct answer
 //! (none mismatched), and the counts agree with the queue's own statistics.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::util::*;
 use serde_json::{json, Value};
 use streampool::{Device, Tensor};
 use streampool_serve::{ModelSpec, TensorModel};

@@ -2,11 +2,9 @@
 //! one name become replicas behind the router; answers match the single-device model;
 //! `/metrics` has a series per device; misconfigured replica sets are refused.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::util::*;
 use serde_json::json;
 use streampool::{Device, DeviceConfig};
 use streampool_nn::{tiny_bert_dir, SentenceEmbedder};

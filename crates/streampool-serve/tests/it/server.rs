@@ -1,12 +1,10 @@
 //! Every endpoint of the server over real HTTP on 127.0.0.1:0, answers checked against the
 //! in-process models.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::util::*;
 use base64::Engine;
-use common::*;
 use serde_json::{json, Value};
 use streampool_serve::{ModelSpec, ServeConfig};
 

@@ -2,9 +2,7 @@
 //! request examples of TEI's README and OpenAPI document, checked against the in-process
 //! embedder; and OpenAI's `/v1/models`.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use serde_json::{json, Value};
 
 fn vectors(v: &Value) -> Vec<Vec<f32>> {

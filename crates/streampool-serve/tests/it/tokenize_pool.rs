@@ -2,9 +2,7 @@
 //! are those of the in-process embedder, in order, and a failing input fails the request
 //! with its own message (the first in input order), as inline tokenization does.
 
-mod common;
-
-use common::{assert_close, embed_one, floats, start, test_config, EMBEDDER};
+use crate::util::{assert_close, embed_one, floats, start, test_config, EMBEDDER};
 use serde_json::{json, Value};
 use streampool_serve::ServeConfig;
 

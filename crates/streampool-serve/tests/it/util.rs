@@ -1,8 +1,6 @@
 //! Shared by the server tests: start a server on 127.0.0.1:0 with the tiny embedder and the
 //! demo MLP, and a model whose batches wait at a gate the test opens.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,9 +117,14 @@ pub fn mlp_rows(m: &TensorModel, rows: &[Vec<f32>]) -> Vec<Vec<f32>> {
 pub fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: lengths differ");
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        let scale = x.abs().max(y.abs()).max(1.0);
-        assert!((x - y).abs() <= tol * scale, "{what}[{i}]: {x} vs {y}");
+        assert!(close(*x, *y, tol), "{what}[{i}]: {x} vs {y}");
     }
+}
+
+/// Whether `x` and `y` agree within `tol`: absolutely for magnitudes up to 1, relative to
+/// the larger magnitude above (the measure of [`assert_close`]).
+pub fn close(x: f32, y: f32, tol: f32) -> bool {
+    (x - y).abs() <= tol * x.abs().max(y.abs()).max(1.0)
 }
 
 /// A JSON array of f32 as a Vec.

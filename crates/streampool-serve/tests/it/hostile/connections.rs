@@ -408,7 +408,7 @@ impl ChildServer {
             .args([
                 "--ignored",
                 "--exact",
-                "connections::child_server",
+                "hostile::connections::child_server",
                 "--nocapture",
                 "--test-threads=1",
             ])
