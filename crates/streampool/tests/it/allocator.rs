@@ -1,10 +1,13 @@
-//! Caching-allocator tests on the CPU backend: reuse across streams never hands out a block
+//! Caching-allocator tests: reuse across streams never hands out a block
 //! still in use, same-stream reuse is free, statistics and limits behave, and memory does
 //! not grow with the number of streams.
 //!
 //! The hazard tests make a stream slow on purpose (`Stream::debug_delay`) so that a block is
 //! freed on the host while a stream has yet to read it; a wrong reuse then shows up as wrong
 //! values. Each test uses its own device so its statistics are its own.
+//!
+//! A shared suite: it runs on the CPU backend and again under `wgpu` on a wgpu device; the
+//! parent module supplies the device (`super::device_under_test`, `super::device_with`).
 
 use std::sync::Barrier;
 use std::thread;
@@ -20,18 +23,11 @@ fn ints(len: usize, seed: u64) -> Vec<f32> {
 }
 
 fn device(memory_limit: Option<usize>) -> Device {
-    crate::device_with(DeviceConfig {
+    super::device_with(DeviceConfig {
         memory_limit,
         ..DeviceConfig::default()
     })
     .unwrap()
-}
-
-/// A new device of this suite's backend: the CPU when this file is its own test binary;
-/// `tests/wgpu.rs` runs the same tests as a module of its binary, whose root supplies wgpu.
-#[allow(dead_code)]
-pub(crate) fn device_with(config: DeviceConfig) -> streampool::Result<Device> {
-    Device::cpu_with(config)
 }
 
 /// Runs `f` with `s` as the calling thread's current stream.
@@ -542,8 +538,8 @@ fn blocks_handed_between_threads_are_never_reused_while_read() {
     assert!(st.cache_hits > 0, "{st:?}");
 }
 
-/// DESIGN.md: "with 32 streams busy, reserved bytes stay within 1.25x of what one stream
-/// needs for the same live data".
+/// The allocator's memory bound: with 32 streams busy, reserved bytes stay within 1.25x of
+/// what one stream needs for the same live data.
 ///
 /// The workload: `THREADS` threads move in lock step through `STEPS` steps. In each step a
 /// thread makes a working set (five tensors of three sizes), all threads hold their sets
@@ -554,8 +550,8 @@ fn blocks_handed_between_threads_are_never_reused_while_read() {
 /// serves every size. The live data is the same at every step: `THREADS` working sets.
 ///
 /// Run once with every thread on one stream, the peak of live bytes is exactly
-/// `THREADS * set`. An allocator with one pool per stream (the failure mode of
-/// tracel-ai/burn#4991) would end with every stream's pool holding a working set: 32 / 4 =
+/// `THREADS * set`. An allocator with one pool per stream (a failure mode other runtimes
+/// have shipped) would end with every stream's pool holding a working set: 32 / 4 =
 /// 8x that. Ours must reuse blocks freed on other streams, even though those streams are
 /// still busy, because their guard events (recorded at the free) have passed; so reserved
 /// memory stays near the live data.

@@ -1,10 +1,13 @@
-//! Concurrency tests on the CPU backend: many threads, one device, right answers.
+//! Concurrency tests: many threads, one device, right answers.
 //!
 //! Every test checks values against a host reference computed from small integers, so
 //! results are exact and any cross-stream hazard (a read before its write, a block reused
 //! while still read) shows up as a wrong number rather than a flaky tolerance. Tests that
 //! need deterministic pool state (slot numbers, stream counts) use their own device from
-//! [`Device::cpu_with`]; the rest share the process-wide [`Device::cpu`], as users would.
+//! `super::device_with`; the rest share the process-wide device, as users would.
+//!
+//! A shared suite: it runs on the CPU backend and again under `wgpu` on a wgpu device; the
+//! parent module supplies the device (`super::device_under_test`, `super::device_with`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Barrier};
@@ -32,20 +35,7 @@ fn matmul_ref(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
 
 /// A fresh device with the default configuration (its own pool and counters).
 fn fresh_device() -> Device {
-    crate::device_with(DeviceConfig::default()).unwrap()
-}
-
-/// The device of this suite when it is its own test binary (the CPU). `tests/wgpu.rs` runs
-/// the same tests as a module of its binary, whose root supplies the wgpu device instead.
-#[allow(dead_code)]
-pub(crate) fn device_under_test() -> Device {
-    Device::cpu()
-}
-
-/// A new device of the suite's backend with `config` (see [`device_under_test`]).
-#[allow(dead_code)]
-pub(crate) fn device_with(config: DeviceConfig) -> streampool::Result<Device> {
-    Device::cpu_with(config)
+    super::device_with(DeviceConfig::default()).unwrap()
 }
 
 const M: usize = 8;
@@ -101,7 +91,7 @@ fn check_chain(dev: &Device, wts: &Weights, seed: u64) -> Stream {
 
 #[test]
 fn parallel_basic_ops_from_two_threads() {
-    let dev = crate::device_under_test();
+    let dev = super::device_under_test();
     let wts = Weights::new(&dev);
     thread::scope(|sc| {
         for t in 0..2u64 {
@@ -117,7 +107,7 @@ fn parallel_basic_ops_from_two_threads() {
 
 #[test]
 fn four_threads_through_a_fixed_pool() {
-    let dev = crate::device_under_test();
+    let dev = super::device_under_test();
     let wts = Arc::new(Weights::new(&dev));
     let (job_tx, job_rx) = crossbeam_channel::unbounded::<u64>();
     let (res_tx, res_rx) = crossbeam_channel::unbounded::<(u64, usize, Stream)>();
@@ -159,7 +149,7 @@ fn four_threads_through_a_fixed_pool() {
 
 #[test]
 fn thread_churn_one_thousand_short_lived_threads() {
-    let dev = crate::device_under_test();
+    let dev = super::device_under_test();
     let wts = Weights::new(&dev);
     let mut done = 0;
     // Waves of 50 live threads: 1,000 threads in all, each created, used and gone.
@@ -346,7 +336,7 @@ fn pool_semantics() {
 
 #[test]
 fn pool_size_is_configurable_and_validated() {
-    let dev = crate::device_with(DeviceConfig {
+    let dev = super::device_with(DeviceConfig {
         pool_size: 4,
         ..DeviceConfig::default()
     })
@@ -360,7 +350,7 @@ fn pool_size_is_configurable_and_validated() {
     assert_eq!(dev.streams_created(), 3);
 
     // Two slots: a default stream and one pooled stream that every thread shares.
-    let two = crate::device_with(DeviceConfig {
+    let two = super::device_with(DeviceConfig {
         pool_size: 2,
         ..DeviceConfig::default()
     })
@@ -374,7 +364,7 @@ fn pool_size_is_configurable_and_validated() {
     });
 
     for bad in [0, 1] {
-        let r = crate::device_with(DeviceConfig {
+        let r = super::device_with(DeviceConfig {
             pool_size: bad,
             ..DeviceConfig::default()
         });
@@ -444,7 +434,7 @@ fn events_order_work_across_streams() {
 /// same stream, keep getting right answers; afterwards the device works for everyone.
 #[test]
 fn errors_on_one_thread_leave_other_threads_working() {
-    let dev = crate::device_with(DeviceConfig {
+    let dev = super::device_with(DeviceConfig {
         memory_limit: Some(4 << 20),
         ..DeviceConfig::default()
     })

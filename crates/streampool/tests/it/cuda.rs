@@ -2,12 +2,13 @@
 //!
 //! Every test first opens `cuda:0` and returns early (printing "no CUDA device, skipping")
 //! where there is none, so the suite passes cleanly on machines without a GPU.
-#![cfg(feature = "cuda")]
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use streampool::{Activation, Device, DeviceConfig, Error, Event, StreamGuard, Tensor};
+
+use crate::util::rel_err_vs_mean;
 
 fn gpu() -> Option<Device> {
     match Device::cuda(0) {
@@ -17,30 +18,6 @@ fn gpu() -> Option<Device> {
             None
         }
     }
-}
-
-/// Relative error of `got` against `want`: each element's error is measured against its
-/// own magnitude plus the mean magnitude of `want`, so values near zero are not judged by an
-/// error relative to almost nothing.
-fn rel_err(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "lengths differ");
-    if want.is_empty() {
-        return 0.0;
-    }
-    let scale = want.iter().map(|v| v.abs()).sum::<f32>() / want.len() as f32;
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_nan() || w.is_nan() {
-                return if g.is_nan() && w.is_nan() {
-                    0.0
-                } else {
-                    f32::INFINITY
-                };
-            }
-            (g - w).abs() / (w.abs() + scale + f32::MIN_POSITIVE)
-        })
-        .fold(0.0, f32::max)
 }
 
 /// Runs `f` on both devices (inputs made by `make` on each) and checks rel err < 1e-4.
@@ -58,7 +35,7 @@ fn check(
         got_t.to_vec::<f32>().unwrap(),
         want_t.to_vec::<f32>().unwrap(),
     );
-    let err = rel_err(&got, &want);
+    let err = rel_err_vs_mean(&got, &want);
     assert!(err < 1e-4, "{name}: relative error {err:e} >= 1e-4");
 }
 
@@ -473,7 +450,7 @@ fn concurrent_forwards(g: &Device, threads: usize, iters: usize) {
                 barrier.wait();
                 for it in 0..iters {
                     let got = mg.forward(&x).to_vec::<f32>().unwrap();
-                    let err = rel_err(&got, &want[i]);
+                    let err = rel_err_vs_mean(&got, &want[i]);
                     assert!(
                         err < 1e-4,
                         "thread {i} iteration {it}: relative error {err:e}"
@@ -522,7 +499,7 @@ fn thread_churn_and_tensors_moving_between_threads() {
         for h in handles {
             let t = h.join().expect("churn thread");
             assert!(
-                rel_err(&t.to_vec::<f32>().unwrap(), &want) < 1e-4,
+                rel_err_vs_mean(&t.to_vec::<f32>().unwrap(), &want) < 1e-4,
                 "round {round}"
             );
         }
@@ -733,7 +710,7 @@ fn vendor_calls_from_many_threads_at_once() {
                             .unwrap()
                             .to_vec::<f32>()
                             .unwrap();
-                        let err = rel_err(&got, &want);
+                        let err = rel_err_vs_mean(&got, &want);
                         assert!(
                             err < 1e-4,
                             "round {round} thread {i}: relative error {err:e}"
@@ -771,7 +748,10 @@ fn vendor_calls_from_many_threads_at_once() {
                         .unwrap()
                         .to_vec::<f32>()
                         .unwrap();
-                    assert!(rel_err(&got, &want) < 1e-4, "thread {i} gemm {m}x{k}x{n}");
+                    assert!(
+                        rel_err_vs_mean(&got, &want) < 1e-4,
+                        "thread {i} gemm {m}x{k}x{n}"
+                    );
                 }
             })
         })
@@ -783,7 +763,7 @@ fn vendor_calls_from_many_threads_at_once() {
 }
 
 /// Every op the models use, in F16 and BF16 (and TF32 for the matmul), on the GPU against the
-/// CPU backend (itself checked against float64 in `tests/dtypes.rs`) on identical rounded
+/// CPU backend (itself checked against float64 in `dtypes`) on identical rounded
 /// inputs: norm-relative error at most 2e-3 (F16) and 2e-2 (BF16), i.e. both within the
 /// storage rounding of the float64 reference.
 #[test]
@@ -1076,8 +1056,8 @@ fn match_cpu_in_every_dtype(g: &Device, shapes: &[HalfCase]) {
 /// Attention at 65-128 keys and head width 32 (MiniLM's 128 tokens: two key tiles, two query
 /// blocks per head) and the 16-byte-chunk gather against the CPU backend in f16 and bf16:
 /// padded batches with masked keys, packed batches with empty, one-token, one-tile and
-/// two-tile sequences. Small enough to run under compute-sanitizer. (Session 8 measured a
-/// whole-sequence attention kernel on these shapes, slower than the tiled one, and removed it.)
+/// two-tile sequences. Small enough to run under compute-sanitizer. (A whole-sequence
+/// attention kernel measured slower than the tiled one on these shapes.)
 #[test]
 fn attention_to_128_keys_and_chunked_gather_match_cpu() {
     use streampool::DType;
@@ -1242,7 +1222,7 @@ fn model_family_ops_match_cpu() {
         };
         for op in 0..3 {
             let (got, want) = (run(&g, op), run(&cpu, op));
-            let err = rel_err(&got, &want);
+            let err = rel_err_vs_mean(&got, &want);
             assert!(err < 1e-2, "{dt:?} op {op}: relative error {err:e}");
         }
     }

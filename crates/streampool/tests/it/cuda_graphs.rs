@@ -1,7 +1,6 @@
 //! CUDA graphs on the GPU (feature `cuda`): replays against the eager path, concurrent
 //! replays, capture failures, eviction, and the graph pool under slow streams and drops.
 //! Every test returns early where there is no CUDA device.
-#![cfg(feature = "cuda")]
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;

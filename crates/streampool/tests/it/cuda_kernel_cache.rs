@@ -4,8 +4,7 @@
 //! unwritable folder only costs the compile, and kernels from the cache compute what
 //! compiled ones do. With them on (where the build embedded this GPU's architecture): no
 //! compile, no cache entry, the same results. Returns early where there is no GPU (as
-//! `tests/cuda.rs`).
-#![cfg(feature = "cuda")]
+//! `cuda`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,33 +5,18 @@
 //! the output is rounded once to the storage type (2^-11 and 2^-8 relative), and for the
 //! fused ops intermediate results are rounded as they would be on the GPU.
 //!
-//! This file is its own test binary on the CPU backend (every dtype), and `tests/wgpu.rs`
-//! runs it again as a module on a wgpu device, with the dtypes that device computes in.
+//! A shared suite: it runs on the CPU backend (every dtype) and again under `wgpu`, on a wgpu
+//! device with the dtypes that device computes in; the parent module supplies the device
+//! (`super::device_under_test`) and the dtypes (`super::dtypes_under_test`).
 
-mod reference;
-
+use crate::util::{erf, f32s, rel_err, Rng};
 use half::{bf16, f16};
-use reference::{erf, Rng};
 use streampool::{Activation, DType, Device, MatmulMath, Tensor};
 
 type F64Fn = fn(f64) -> f64;
 
-const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
 fn dev() -> Device {
-    crate::device_under_test()
-}
-
-/// The device of this suite when it is its own test binary (the CPU).
-#[allow(dead_code)]
-pub(crate) fn device_under_test() -> Device {
-    Device::cpu()
-}
-
-/// The dtypes the device under test computes in (on the CPU, all of them).
-#[allow(dead_code)]
-pub(crate) fn dtypes_under_test() -> Vec<DType> {
-    DTYPES.to_vec()
+    super::device_under_test()
 }
 
 fn tol(dt: DType) -> f64 {
@@ -65,29 +50,12 @@ fn normals(rng: &mut Rng, shape: &[usize], dt: DType) -> (Tensor, Vec<f64>) {
     upload(&rng.normals(shape.iter().product()), shape, dt)
 }
 
-fn download(t: &Tensor) -> Vec<f64> {
-    let v = t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
-    v.into_iter().map(f64::from).collect()
-}
-
+/// `got` within the dtype's tolerance of `want` (norm-relative, see the module docs).
 fn close(what: &str, dt: DType, got: &Tensor, want: &[f64]) {
-    let g = download(got);
-    assert_eq!(g.len(), want.len(), "{what} {dt:?}: length");
+    let e = rel_err(&f32s(got), want);
     assert!(
-        g.iter().all(|x| x.is_finite()),
-        "{what} {dt:?}: non-finite output"
-    );
-    let err: f64 = g
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).powi(2))
-        .sum::<f64>()
-        .sqrt();
-    let norm: f64 = want.iter().map(|b| b * b).sum::<f64>().sqrt().max(1e-30);
-    assert!(
-        err / norm <= tol(dt),
-        "{what} {dt:?}: relative error {:.3e} over {:.0e}",
-        err / norm,
+        e <= tol(dt),
+        "{what} {dt:?}: relative error {e:.3e} over {:.0e}",
         tol(dt)
     );
 }
@@ -100,7 +68,7 @@ fn gelu(x: f64) -> f64 {
 fn matmul_in_every_dtype_and_math_mode() {
     let mut rng = Rng::new(1);
     let (b, m, k, n) = (3, 17, 40, 9);
-    for dt in crate::dtypes_under_test() {
+    for dt in super::dtypes_under_test() {
         let (x, xv) = normals(&mut rng, &[b, m, k], dt);
         // The right operand is read through a transposed view.
         let (w, wv) = normals(&mut rng, &[n, k], dt);
@@ -125,7 +93,7 @@ fn matmul_in_every_dtype_and_math_mode() {
 #[test]
 fn elementwise_ops_in_every_dtype() {
     let mut rng = Rng::new(2);
-    for dt in crate::dtypes_under_test() {
+    for dt in super::dtypes_under_test() {
         let (a, av) = normals(&mut rng, &[4, 5, 6], dt);
         let (r, rv) = normals(&mut rng, &[6], dt);
         let bc = |f: fn(f64, f64) -> f64| -> Vec<f64> {
@@ -175,7 +143,7 @@ fn elementwise_ops_in_every_dtype() {
 fn rows_ops_in_every_dtype() {
     let mut rng = Rng::new(3);
     let (rows, cols) = (7, 300);
-    for dt in crate::dtypes_under_test() {
+    for dt in super::dtypes_under_test() {
         let (x, xv) = normals(&mut rng, &[rows, cols], dt);
         let (res, resv) = normals(&mut rng, &[rows, cols], dt);
         let (g, gv) = normals(&mut rng, &[cols], dt);
@@ -271,7 +239,7 @@ fn fused_attention_in_every_dtype() {
         if batch > 2 {
             mask[2 * seq..].fill(0.0);
         }
-        for dt in crate::dtypes_under_test() {
+        for dt in super::dtypes_under_test() {
             let (qkv, qv) = normals(&mut rng, &[batch, seq, 3 * heads * d], dt);
             let m = Tensor::from_slice(&mask, &[batch, seq], &dev()).unwrap();
             let y = qkv.attention(Some(&m), heads).unwrap();
@@ -301,7 +269,7 @@ fn mean_pool_normalize_in_every_dtype() {
     let mask: Vec<f32> = (0..batch * seq)
         .map(|i| (i % seq < 2 + 3 * (i / seq)) as u8 as f32)
         .collect();
-    for dt in crate::dtypes_under_test() {
+    for dt in super::dtypes_under_test() {
         let (x, xv) = normals(&mut rng, &[batch, seq, dim], dt);
         let m = Tensor::from_slice(&mask, &[batch, seq], &dev()).unwrap();
         let y = x.mean_pool_normalize(&m).unwrap();

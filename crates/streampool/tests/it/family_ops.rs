@@ -4,19 +4,13 @@
 
 use streampool::{DType, Device, GateActivation, Tensor};
 
+use crate::util::max_rel_err;
+
 fn data(n: usize, seed: u64) -> Vec<f32> {
     Tensor::randn(&[n], seed, &Device::cpu())
         .unwrap()
         .to_vec::<f32>()
         .unwrap()
-}
-
-fn max_rel(got: &[f32], want: &[f64]) -> f64 {
-    let scale = want.iter().map(|w| w.abs()).fold(0.0, f64::max).max(1e-30);
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| (*g as f64 - w).abs() / scale)
-        .fold(0.0, f64::max)
 }
 
 fn rms_ref(x: &[f32], g: &[f32], cols: usize, eps: f64) -> Vec<f64> {
@@ -55,7 +49,7 @@ fn rms_norm_matches_f64() {
         let xt = Tensor::from_vec(x.clone(), &[4, cols], &dev).unwrap();
         let gt = Tensor::from_vec(g.clone(), &[cols], &dev).unwrap();
         let got = xt.rms_norm(&gt, 1e-6).unwrap().to_vec::<f32>().unwrap();
-        assert!(max_rel(&got, &want) < 1e-5, "cols {cols}");
+        assert!(max_rel_err(&got, &want) < 1e-5, "cols {cols}");
         for (dt, tol) in [(DType::F16, 2e-3), (DType::BF16, 2e-2)] {
             let got = xt
                 .to_dtype(dt)
@@ -66,7 +60,7 @@ fn rms_norm_matches_f64() {
                 .unwrap()
                 .to_vec::<f32>()
                 .unwrap();
-            assert!(max_rel(&got, &want) < tol, "cols {cols} {dt:?}");
+            assert!(max_rel_err(&got, &want) < tol, "cols {cols} {dt:?}");
         }
     }
     let x = Tensor::zeros(&[2, 4], &dev).unwrap();
@@ -103,7 +97,7 @@ fn rope_matches_f64_rotations() {
     let ct = Tensor::from_vec(cos, &[7, half], &dev).unwrap();
     let st = Tensor::from_vec(sin, &[7, half], &dev).unwrap();
     let got = xt.rope(&ct, &st).unwrap().to_vec::<f32>().unwrap();
-    assert!(max_rel(&got, &want) < 1e-6);
+    assert!(max_rel_err(&got, &want) < 1e-6);
     // A strided view (the query heads of a fused projection) gives the same.
     let wide = Tensor::from_vec(data(b * s * 2 * h * d, 4), &[b, s, 2 * h, d], &dev).unwrap();
     let view = wide.narrow(2, h, h).unwrap();
@@ -174,7 +168,7 @@ fn gated_activations_match_f64() {
         let got = xt.gated_act(act).unwrap();
         assert_eq!(got.dims(), &[rows, cols]);
         assert!(
-            max_rel(&got.to_vec::<f32>().unwrap(), &want) < 1e-5,
+            max_rel_err(&got.to_vec::<f32>().unwrap(), &want) < 1e-5,
             "{act:?}"
         );
     }

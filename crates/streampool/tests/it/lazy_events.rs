@@ -87,7 +87,7 @@ fn memory_moves_across_idle_streams_through_resolved_guards() {
     assert!(stats.guard_resolutions > 0);
     assert!(stats.cross_stream_reuses > 0, "{stats:?}");
     // One stream would need two live 1 MiB blocks; hopping over 31 idle streams must not
-    // grow that (the 1.25x bound of DESIGN.md).
+    // grow that (the allocator's 1.25x bound).
     assert!(
         stats.peak_reserved as f64 <= 1.25 * stats.peak_allocated as f64,
         "reserved {} vs live {}",

@@ -1,12 +1,13 @@
-//! Correctness of every public `Tensor` op on the CPU backend against a float64 reference
-//! computed in this file from the same random inputs (see `reference/mod.rs` for the
-//! reference and the tolerance: element-wise `|got - want| <= 1e-5 * max(1, |want|)`,
-//! norm-relative `1e-5` for matmul), plus the error each bad input must give.
+//! Correctness of every public `Tensor` op against a float64 reference computed in this file
+//! from the same random inputs (see `util` for the reference and the tolerance: element-wise
+//! `|got - want| <= 1e-5 * max(1, |want|)`, norm-relative `1e-5` for matmul), plus the error
+//! each bad input must give.
+//!
+//! A shared suite: it runs on the CPU backend and again under `wgpu` on a wgpu device; the
+//! parent module supplies the device (`super::device_under_test`, `super::device_with`).
 
-mod reference;
-
+use crate::util::{assert_close, assert_norm_close, erf, gelu, rel_err, Nd, Rng};
 use half::{bf16, f16};
-use reference::{assert_close, assert_norm_close, erf, gelu, Nd, Rng};
 use streampool::{Activation, DType, Device, DeviceConfig, Error, Tensor};
 
 /// Asserts `$res` is `Err` matching `$pat` (a panic or `Ok` fails the test).
@@ -25,20 +26,7 @@ macro_rules! assert_err {
 }
 
 fn dev() -> Device {
-    crate::device_under_test()
-}
-
-/// The device of this suite when it is its own test binary (the CPU). `tests/wgpu.rs` runs
-/// the same tests as a module of its binary, whose root supplies the wgpu device instead.
-#[allow(dead_code)]
-pub(crate) fn device_under_test() -> Device {
-    Device::cpu()
-}
-
-/// A new device of the suite's backend with `config` (see [`device_under_test`]).
-#[allow(dead_code)]
-pub(crate) fn device_with(config: DeviceConfig) -> streampool::Result<Device> {
-    Device::cpu_with(config)
+    super::device_under_test()
 }
 
 /// A second, distinct CPU device (own pool and allocator), shared by the tests that need one.
@@ -406,15 +394,8 @@ fn int8_matmul_is_close_to_the_exact_product_on_the_cpu_only() {
     }
     // Relative to the output's norm: 8-bit rounding of both operands over 96 inputs.
     let close = |what: &str, got: &Tensor, want: &Nd<f64>| {
-        let g = got.to_vec::<f32>().unwrap();
         assert_eq!(got.dims(), want.shape.as_slice(), "{what}");
-        let diff: f64 = g
-            .iter()
-            .zip(&want.data)
-            .map(|(&g, w)| (f64::from(g) - w).powi(2))
-            .sum();
-        let norm: f64 = want.data.iter().map(|w| w * w).sum();
-        let rel = (diff / norm).sqrt();
+        let rel = rel_err(&got.to_vec::<f32>().unwrap(), &want.data);
         assert!(rel < 1.5e-2, "{what}: relative error {rel}");
         assert!(rel > 0.0, "{what}: int8 cannot be exact on normal inputs");
     };

@@ -1,9 +1,11 @@
-//! Issue 20's ops on the CPU backend (what CI runs): the matmul with a bias and activation
+//! The fused and packed ops on the CPU backend (what CI runs): the matmul with a bias and activation
 //! epilogue against a float64 reference, and packed (varlen) attention and pooling against
 //! the padded ops on the same sequences, in every dtype.
 
 use half::{bf16, f16};
 use streampool::{Activation, DType, Device, Error, MatmulMath, Tensor};
+
+use crate::util::{f32s, rel_err};
 
 const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
@@ -24,18 +26,6 @@ fn round(x: f32, dt: DType) -> f32 {
     }
 }
 
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    let e: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (f64::from(*g) - w).powi(2))
-        .sum();
-    let n: f64 = want.iter().map(|w| w * w).sum();
-    (e / n.max(1e-300)).sqrt()
-}
-
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
@@ -46,10 +36,6 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
             (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
         .collect()
-}
-
-fn f32s(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
 }
 
 fn act_ref(act: Activation, v: f64) -> f64 {

@@ -1,11 +1,9 @@
 //! Property tests of broadcasting, reshapes, transposes and shape errors: random shapes of
 //! rank 0-4 with dims 1-5 (1s are drawn often, to trigger broadcasting) against a NumPy-rule
-//! reference and float64 results (tolerance as in `reference/mod.rs`).
+//! reference and float64 results (tolerance as in `util`).
 
-mod reference;
-
+use crate::util::{assert_close, assert_norm_close, numpy_broadcast, Nd, Rng};
 use proptest::prelude::*;
-use reference::{assert_close, assert_norm_close, numpy_broadcast, Nd, Rng};
 use streampool::tensor::broadcast_shapes;
 use streampool::{Device, Error, Tensor};
 

@@ -1,14 +1,14 @@
-//! Test helpers shared by `ops.rs` and `shapes.rs`: a seeded RNG, a float64 reference
-//! n-d array that mirrors the tensor ops element by element, and tolerance checks.
+//! Helpers shared by the test modules: a seeded RNG, a float64 reference n-d array that
+//! mirrors the tensor ops element by element, the closeness measures every numeric check of
+//! this crate's tests uses, and [`in_own_process`].
 //!
 //! The reference is deliberately naive (index arithmetic over row-major data, f64 math) so
 //! that it shares no code or strategy with the kernels it checks.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 use std::f64::consts::PI;
 
-/// Relative tolerance of every numeric comparison (the bar).
+/// Relative tolerance of the f32 op checks ([`assert_close`], [`assert_norm_close`]): a few
+/// f32 roundings of the result, far below any indexing or accumulation mistake.
 pub const TOL: f64 = 1e-5;
 
 /// SplitMix64: tiny, seeded, and good enough for test inputs.
@@ -303,5 +303,97 @@ pub fn assert_norm_close(what: &str, shape: &[usize], got: &[f32], want: &Nd<f64
     assert!(
         diff <= TOL * norm.max(1.0),
         "{what}: |got - want| = {diff}, |want| = {norm}"
+    );
+}
+
+/// Norm-relative error `||got - want||_2 / ||want||_2` (infinite if `got` holds a NaN or an
+/// infinity). The measure for half-precision results and fused ops, whose error is a
+/// storage rounding of every element: it bounds the error over the whole output, where an
+/// element-wise bound would fail on values that cancel to near zero.
+pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    if !got.iter().all(|g| g.is_finite()) {
+        return f64::INFINITY;
+    }
+    let e: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (f64::from(*g) - w).powi(2))
+        .sum();
+    let n: f64 = want.iter().map(|w| w * w).sum();
+    (e / n.max(1e-300)).sqrt()
+}
+
+/// The largest element error relative to the largest reference magnitude,
+/// `max |got - want| / max |want|`: the measure for row-wise ops (normalizations, rotary
+/// positions, gated activations) whose error scales with the row's magnitude.
+pub fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let scale = want.iter().map(|w| w.abs()).fold(0.0, f64::max).max(1e-30);
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (*g as f64 - w).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+/// The largest element error, each measured against its own magnitude plus the mean
+/// magnitude of `want`, so values near zero are not judged by an error relative to almost
+/// nothing; NaN where both are NaN counts as equal. The measure of a GPU result against the
+/// CPU backend's, both in f32.
+#[cfg(feature = "cuda")]
+pub fn rel_err_vs_mean(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    if want.is_empty() {
+        return 0.0;
+    }
+    let scale = want.iter().map(|v| v.abs()).sum::<f32>() / want.len() as f32;
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_nan() || w.is_nan() {
+                return if g.is_nan() && w.is_nan() {
+                    0.0
+                } else {
+                    f32::INFINITY
+                };
+            }
+            (g - w).abs() / (w.abs() + scale + f32::MIN_POSITIVE)
+        })
+        .fold(0.0, f32::max)
+}
+
+/// A tensor of any float dtype as `f32` values on the host.
+pub fn f32s(t: &streampool::Tensor) -> Vec<f32> {
+    t.to_dtype(streampool::DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+}
+
+/// Runs the test `name` (its path in this binary: `module::test`) alone in a child process of
+/// this test binary and fails if it fails there; in that child, runs `body`. For a test that
+/// sets what a process has only one of (the size of the CPU backend's intra-op pool, the
+/// wgpu profile's mode) or counts what the whole process holds (its threads): the other
+/// tests of this binary run in parallel in this process.
+pub fn in_own_process(name: &str, body: impl FnOnce()) {
+    const CHILD: &str = "STREAMPOOL_TEST_CHILD";
+    if std::env::var_os(CHILD).is_some_and(|v| v == name) {
+        return body();
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, name)
+        .output()
+        .expect("start this test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    print!("{text}");
+    assert!(
+        out.status.success() && text.contains("test result: ok. 1 passed"),
+        "{name} in its own process: {}",
+        out.status
     );
 }

@@ -5,14 +5,10 @@
 //! NVIDIA's Vulkan driver on the H100), plus the tests of what only this backend has (the
 //! quarantine lock, buffer-relative pointers, the matmul tiles, the dtype errors).
 //!
-//! The shared suites ask this file's root for their device (`device_under_test`,
-//! `device_with`). Where no wgpu adapter exists at all, that says so loudly on stderr and the
-//! shared suites fall back to the CPU backend (they have no early return of their own), while
-//! this file's own tests print "no wgpu adapter, skipping" and return.
-#![cfg(feature = "wgpu")]
-// `ops.rs` and `dtypes.rs` each load `reference/` themselves (each is also its own test
-// binary), so this binary holds two copies of it.
-#![allow(clippy::duplicate_mod)]
+//! The shared suites ask this module for their device (`device_under_test`, `device_with`).
+//! Where no wgpu adapter exists at all, that says so loudly on stderr and the shared suites
+//! fall back to the CPU backend (they have no early return of their own), while this
+//! module's own tests print "no wgpu adapter, skipping" and return.
 
 use std::sync::{Arc, OnceLock};
 
@@ -20,6 +16,8 @@ use streampool::{
     Activation, DType, Device, DeviceConfig, MatmulMath, Tensor, WgpuConfig, WgpuCoopMatrix,
     WgpuQuarantine,
 };
+
+use crate::util::{f32s, rel_err};
 
 #[path = "allocator.rs"]
 mod allocator;
@@ -30,7 +28,7 @@ mod dtypes;
 #[path = "ops.rs"]
 mod ops;
 
-/// Whether an adapter exists (asked once per test binary).
+/// Whether an adapter exists (asked once per process).
 fn have_adapter() -> bool {
     static HAVE: OnceLock<bool> = OnceLock::new();
     *HAVE.get_or_init(|| match Device::wgpu() {
@@ -185,7 +183,7 @@ fn blocks_over_the_binding_limit_are_errors() {
 /// the limit instead of blocking its caller: a 1 ms limit, and a read-back behind a chain of
 /// 1024^3 matmuls sized to keep this adapter busy for about 50 ms (one matmul timed on the
 /// shared device first), ending in one 4096^3 matmul (137 GFLOP: milliseconds on any GPU).
-/// The chain alone did not always decide (session 9, the H100, 1 of 3 parallel suites): the
+/// The chain alone did not always decide (on the H100, in 1 of 3 parallel suites): the
 /// stream submits its command buffers as they fill (after 4, 8, 16, then every 32
 /// launches), so a host slower than the GPU (the parallel suite's other tests on its cores)
 /// can leave only the last few launches unfinished when the wait begins; the big matmul is
@@ -195,7 +193,7 @@ fn blocks_over_the_binding_limit_are_errors() {
 /// is run again with twice the chain.
 ///
 /// Not on Mesa's software Vulkan (llvmpipe): there the chain was done before the wait began
-/// in every attempt of a CI run (64 matmuls behind the read-back, session 8), so no wait can
+/// in every attempt of a CI run (64 matmuls behind the read-back), so no wait can
 /// be made to outlast a limit; the H100 through Vulkan runs it.
 #[test]
 fn a_wait_past_the_limit_is_an_error_not_a_hang() {
@@ -346,7 +344,7 @@ fn matmul_tiles_odd_shapes_layouts_and_dtypes() {
                 }
                 let check_with = |what: &str, got: &Tensor, want: &[f64]| {
                     assert_eq!(got.dims(), &[batch, m, n], "{what}");
-                    let e = rel_error(got, want);
+                    let e = rel_err(&f32s(got), want);
                     assert!(
                         e <= tol,
                         "tile {tile:?} {dt:?} {m}x{k}x{n} {what}: relative error {e:.2e}"
@@ -493,20 +491,6 @@ fn act_f64(act: Activation, x: f64) -> f64 {
     }
 }
 
-/// Norm-relative error of `got` (any float dtype) against `want`.
-fn rel_error(got: &Tensor, want: &[f64]) -> f64 {
-    let g = got.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
-    assert_eq!(g.len(), want.len());
-    let err: f64 = g
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (*g as f64 - w).powi(2))
-        .sum::<f64>()
-        .sqrt();
-    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt().max(1e-30);
-    err / norm
-}
-
 /// Every cooperative-matrix tile (64 or 128 rows and columns, 16- or 32-deep slices, forced
 /// through `WgpuConfig::matmul_block`) against float64 in f16: emulated on every adapter
 /// with `SHADER_F16` (the tiling, double buffering, edges, layouts and epilogue), on matrix
@@ -571,7 +555,7 @@ fn coop_matmul_tiles_against_float64() {
                 let wt = up(&w, &[n, k]).t().unwrap();
                 let check = |how: &str, got: &Tensor, want: &[f64]| {
                     assert_eq!(got.dims(), &[batch, m, n], "{what} {how}");
-                    let e = rel_error(got, want);
+                    let e = rel_err(&f32s(got), want);
                     assert!(e <= 1e-3, "{what} {how}: relative error {e:.2e}");
                 };
                 check("A W^T", &at.matmul(&wt).unwrap(), &want);
@@ -649,7 +633,7 @@ fn coop_matmul_from_several_threads() {
                     let wt = up(&w, &[n, k]).t().unwrap();
                     for round in 0..5 {
                         let got = at.matmul(&wt).unwrap();
-                        let e = rel_error(&got, &want);
+                        let e = rel_err(&f32s(&got), &want);
                         assert!(e <= 1e-3, "{mode:?} thread {t} round {round}: {e:.2e}");
                     }
                 });

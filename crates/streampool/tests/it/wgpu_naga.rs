@@ -4,7 +4,6 @@
 //! parsed and validated by naga and translated to SPIR-V
 //! (Vulkan) and MSL (Metal), without a GPU. A kernel that fails here would fail to build on
 //! a device of that platform.
-#![cfg(feature = "wgpu")]
 
 use naga::back::{msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
