@@ -63,9 +63,9 @@ rm -rf "$out"
 mkdir -p "$out"
 
 # Build once; cargo reports each test executable in its JSON messages. STRESS_PROFILE=dev
-# takes the binaries of `cargo test --workspace` (test profile, opt-level 2: the same build,
-# so nothing is compiled again after it; what CI does); the default is a release build of
-# each suite.
+# takes the binaries of `cargo test --workspace --tests` (test profile, opt-level 2: the same
+# build as CI's tests, so nothing is compiled again after it); the default is a release
+# build of each suite.
 pick='
 import json, sys
 def package(pid):
@@ -80,7 +80,7 @@ for line in sys.stdin:
         print(m["executable"])
 '
 if [[ ${STRESS_PROFILE:-release} == dev ]]; then
-    workspace_json=$(cargo test --workspace --no-run --message-format=json)
+    workspace_json=$(cargo test --workspace --tests --no-run --message-format=json)
 fi
 declare -A exe pkgdir selection
 for s in "${suites[@]}"; do
