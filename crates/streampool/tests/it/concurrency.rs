@@ -331,7 +331,18 @@ fn pool_semantics() {
     assert_eq!(dev.streams_created(), 32);
 
     assert_eq!(dev.stream_at(31).unwrap().index(), 31);
-    assert!(matches!(dev.stream_at(32), Err(Error::InvalidArgument(_))));
+    // Slots 32..64 are the high-priority streams, asked for by index only; past them, none.
+    assert_eq!(
+        dev.stream_at(32).unwrap(),
+        dev.high_priority_stream(0).unwrap()
+    );
+    assert_eq!(dev.high_priority_stream(33).unwrap().index(), 33);
+    assert!(matches!(dev.stream_at(64), Err(Error::InvalidArgument(_))));
+    assert_eq!(
+        dev.streams_created(),
+        34,
+        "round-robin never hands out a high-priority one"
+    );
 }
 
 #[test]
@@ -346,7 +357,7 @@ fn pool_size_is_configurable_and_validated() {
         .map(|_| dev.stream_from_pool().unwrap().index())
         .collect();
     assert_eq!(slots, vec![1, 2, 3, 1, 2, 3, 1]);
-    assert!(dev.stream_at(4).is_err());
+    assert!(dev.stream_at(8).is_err());
     assert_eq!(dev.streams_created(), 3);
 
     // Two slots: a default stream and one pooled stream that every thread shares.
