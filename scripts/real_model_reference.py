@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """sentence-transformers' own embeddings (float32, CPU) of a real checkpoint folder, for the
-check in crates/streampool-nn/tests/real_models.rs (cosine >= 0.99999 in f32).
+check in crates/streampool-nn/tests/it/real_models.rs (cosine >= 0.99999 in f32).
 
 Writes JSON: the folder, the model's sha256, and per sentence its text and embedding (as
 `SentenceTransformer(dir).encode(...)` returns it: the folder's own pooling and Normalize);

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Runs the concurrency-heavy test binaries N times each (release, or STRESS_PROFILE=dev), with the default test
-# parallelism, and reports how often every test failed (timing-dependent failures that one
-# `cargo test` run does not show).
+# Runs the concurrency-heavy test modules N times each (release, or STRESS_PROFILE=dev), with
+# the default test parallelism, and reports how often every test failed: timing-dependent
+# failures (a lost wake-up, a block reused too early) rarely show in one `cargo test` run.
 #
-# Usage: scripts/stress.sh [N] [BINARY...] [-- TEST_ARGS...]
-#   N          runs of each binary (default 20)
-#   BINARY     test binaries to run, by name (default: all of them, see `suites` below)
-#   TEST_ARGS  passed to every run, e.g. a test-name filter and `--exact`
-# Example: scripts/stress.sh 200 allocator -- concurrent_requests_at_the_limit --exact
+# Usage: scripts/stress.sh [N] [MODULE...] [-- TEST_ARGS...]
+#   N          runs of each module (default 20)
+#   MODULE     test modules to run, by name (default: all of them, see `suites` below)
+#   TEST_ARGS  passed to every run instead of the module's test list: name tests by their
+#              path in the crate's test binary, e.g. `allocator::NAME --exact`
+# Example: scripts/stress.sh 200 allocator -- allocator::concurrent_requests_at_the_limit --exact
 #
-# The binaries are built once (`cargo test --no-run`) and then run directly, from their
-# package's directory as `cargo test` would, so N runs cost N runs and not N cargo calls.
-# Each run has a time limit (STRESS_TIMEOUT seconds, default 600): a hang counts as a
-# failure. Logs of failed runs are kept under $CARGO_TARGET_DIR/stress/. Exits non-zero if
-# any run failed.
+# Each crate has one integration-test binary (`tests/it/main.rs`), a module per area; a run of
+# a module runs exactly that module's top-level tests (so `concurrency` does not take the
+# copy of the suite that `wgpu::concurrency` runs on another backend). The binaries are built
+# once (`cargo test --no-run`) and then run directly, from their package's directory as
+# `cargo test` would, so N runs cost N runs and not N cargo calls. Each run has a time limit
+# (STRESS_TIMEOUT seconds, default 600): a hang counts as a failure. Logs of failed runs are
+# kept under $CARGO_TARGET_DIR/stress/. Exits non-zero if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,7 +34,8 @@ done
 [[ ${1:-} == -- ]] && shift
 test_args=("$@")
 
-# package:test-binary, every suite whose tests race threads against each other.
+# package:module of its `it` test binary, every suite whose tests race threads against each
+# other.
 suites=(
     streampool:concurrency
     streampool:allocator
@@ -48,7 +52,7 @@ if [[ ${#only[@]} -gt 0 ]]; then
         for s in "${suites[@]}"; do
             [[ ${s#*:} == "$want" ]] && picked+=("$s") && found=1
         done
-        [[ -n $found ]] || { echo "stress.sh: unknown test binary '$want'" >&2; exit 2; }
+        [[ -n $found ]] || { echo "stress.sh: unknown test module '$want'" >&2; exit 2; }
     done
     suites=("${picked[@]}")
 fi
@@ -59,9 +63,9 @@ rm -rf "$out"
 mkdir -p "$out"
 
 # Build once; cargo reports each test executable in its JSON messages. STRESS_PROFILE=dev
-# takes the binaries of `cargo test --workspace` (test profile, opt-level 2: the same build,
-# so nothing is compiled again after it; what CI does); the default is a release build of
-# each suite.
+# takes the binaries of `cargo test --workspace --tests` (test profile, opt-level 2: the same
+# build as CI's tests, so nothing is compiled again after it); the default is a release
+# build of each suite.
 pick='
 import json, sys
 def package(pid):
@@ -76,34 +80,46 @@ for line in sys.stdin:
         print(m["executable"])
 '
 if [[ ${STRESS_PROFILE:-release} == dev ]]; then
-    workspace_json=$(cargo test --workspace --no-run --message-format=json)
+    workspace_json=$(cargo test --workspace --tests --no-run --message-format=json)
 fi
-declare -A exe pkgdir
+declare -A exe pkgdir selection
 for s in "${suites[@]}"; do
-    pkg=${s%%:*} bin=${s#*:}
+    pkg=${s%%:*} module=${s#*:}
     if [[ ${STRESS_PROFILE:-release} == dev ]]; then
-        path=$(python3 -c "$pick" "$bin" "$pkg" <<<"$workspace_json")
+        path=$(python3 -c "$pick" it "$pkg" <<<"$workspace_json")
     else
-        path=$(cargo test --release -p "$pkg" --test "$bin" --no-run --message-format=json \
-            | python3 -c "$pick" "$bin" "$pkg")
+        path=$(cargo test --release -p "$pkg" --test it --no-run --message-format=json \
+            | python3 -c "$pick" it "$pkg")
     fi
     [[ -n $path ]] || { echo "stress.sh: no executable for $s" >&2; exit 2; }
     exe[$s]=$path
     pkgdir[$s]=$root/crates/$pkg
+    # The module's own tests, by exact name: libtest's filters match substrings, so a plain
+    # `concurrency::` would also pick `wgpu::concurrency::*`.
+    names=$(cd "${pkgdir[$s]}" && "$path" --list --format terse \
+        | sed -nE "s/^(${module}::[^ ]+): test$/\1/p")
+    [[ -n $names ]] || { echo "stress.sh: no tests in module $s" >&2; exit 2; }
+    selection[$s]=$names
 done
 
 tally="$out/tally.tsv" # binary, test, ok|FAILED, one line per test per run
 : >"$tally"
 failed_runs=0
 start=$(date +%s)
-echo "stress: ${#suites[@]} binaries x $n runs (${test_args[*]:-all tests})" >&2
+echo "stress: ${#suites[@]} modules x $n runs (${test_args[*]:-all their tests})" >&2
 for ((i = 1; i <= n; i++)); do
     for s in "${suites[@]}"; do
         bin=${s#*:}
         log="$out/run.log"
+        if [[ ${#test_args[@]} -gt 0 ]]; then
+            args=("${test_args[@]}")
+        else
+            mapfile -t args <<<"${selection[$s]}"
+            args+=(--exact)
+        fi
         set +e
         (cd "${pkgdir[$s]}" && CARGO_MANIFEST_DIR="${pkgdir[$s]}" \
-            timeout "${STRESS_TIMEOUT:-600}" "${exe[$s]}" "${test_args[@]}") >"$log" 2>&1
+            timeout "${STRESS_TIMEOUT:-600}" "${exe[$s]}" "${args[@]}") >"$log" 2>&1
         rc=$?
         set -e
         sed -nE "s/^test (.+) \.\.\. (ok|FAILED)$/$bin\t\1\t\2/p" "$log" >>"$tally"
@@ -122,11 +138,11 @@ done
 secs=$(($(date +%s) - start))
 
 echo
-echo "| binary | test | runs | failures |"
+echo "| module | test | runs | failures |"
 echo "|---|---|---:|---:|"
 awk -F'\t' '{ k = $1 "\t" $2; runs[k]++; if ($3 == "FAILED") bad[k]++ }
     END { for (k in runs) { split(k, p, "\t"); printf "| %s | %s | %d | %d |\n", p[1], p[2], runs[k], bad[k] } }' \
     "$tally" | sort
 echo
-echo "stress: ${#suites[@]} binaries x $n runs in ${secs} s; $failed_runs failed runs"
+echo "stress: ${#suites[@]} modules x $n runs in ${secs} s; $failed_runs failed runs"
 [[ $failed_runs -eq 0 ]]

@@ -360,7 +360,7 @@ impl SentenceEmbedder {
     /// rows x the longest. Packing applies in f16 and bf16 (the dtypes whose attention is the
     /// fused kernel) on devices with packed kernels (CPU, CUDA), to batches with padding; the
     /// embeddings are those of the padded path up to float rounding (cosine >= 0.9999 per
-    /// sentence, `tests/packed.rs`). `false` always pads to the longest.
+    /// sentence, `tests/it/packed.rs`). `false` always pads to the longest.
     ///
     /// ```
     /// use streampool::Device;

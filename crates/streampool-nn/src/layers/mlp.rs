@@ -7,7 +7,7 @@ use crate::{Activation, ComputeDType, Error, Result};
 
 /// The GELU an f16/bf16 MLP computes where its config names the erf form (`gelu`): the tanh
 /// approximation. Measured on all-MiniLM-L6-v2 against the fp32 sentence-transformers
-/// embeddings (`tests/minilm.rs`, CPU backend, the same arithmetic as CUDA's):
+/// embeddings (`tests/it/minilm.rs`, CPU backend, the same arithmetic as CUDA's):
 /// see `half_precision_gelu_forms` there.
 pub const HALF_PRECISION_GELU: Activation = Activation::GeluTanh;
 

@@ -18,7 +18,7 @@
 //! (each mark its own word). WordPiece is replayed step for step: a word longer than
 //! `max_input_chars_per_word` is `[UNK]`, else greedy longest-prefix matching with the
 //! continuing-subword prefix, and a word with an unmatched remainder is one `[UNK]`.
-//! `tests/tokenize.rs` checks the result against `tokenizers` on thousands of generated texts.
+//! `tests/it/tokenize.rs` checks the result against `tokenizers` on thousands of generated texts.
 
 use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::models::ModelWrapper;

@@ -24,7 +24,7 @@
 //! No vendor call needed a quarantine lock: one cuBLAS handle per stream (never shared by
 //! threads at the same moment, never re-pointed at another stream) is the documented safe
 //! use, and NVRTC compiles, module loads, handle creation and launches from many threads
-//! at once are exercised by `tests/cuda.rs` (`vendor_calls_from_many_threads_at_once`).
+//! at once are exercised by `tests/it/cuda.rs` (`vendor_calls_from_many_threads_at_once`).
 
 pub(crate) mod blas;
 pub(crate) mod blas_lt;

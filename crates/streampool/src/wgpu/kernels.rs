@@ -224,7 +224,7 @@ impl Key {
 /// Every kernel's label and WGSL source as the backend builds it: each kernel in f32 and
 /// f16 storage, the blocked matmul in every tile and layout, the cooperative-matrix matmul
 /// (f16 only) in every tile and layout, on matrix units and emulated.
-/// For checks of the WGSL without a GPU (`tests/wgpu_naga.rs` translates each to SPIR-V
+/// For checks of the WGSL without a GPU (`tests/it/wgpu_naga.rs` translates each to SPIR-V
 /// and MSL through naga).
 pub fn all_wgsl() -> Vec<(String, String)> {
     use blocked::{Layout, Spec};

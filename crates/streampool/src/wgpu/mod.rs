@@ -17,7 +17,7 @@
 //! [`WgpuConfig::quarantine`] puts one lock per device around encoding, finishing and
 //! submitting command buffers: on for Metal by default (the suspect driver), off elsewhere;
 //! `STREAMPOOL_WGPU_QUARANTINE=1|0` overrides the default. Both settings are tested
-//! (`tests/wgpu.rs`).
+//! (`tests/it/wgpu.rs`).
 
 mod blocked;
 mod choice;

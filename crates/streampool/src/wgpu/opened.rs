@@ -96,7 +96,7 @@ pub(crate) fn open(
         // SAFETY: experimental features are only requested where the cooperative-matrix
         // kernels run (`WgpuConfig::cooperative_matrix`: an opt-in, or an adapter they were
         // verified on); wgpu's token acknowledges that they may have bugs. Every variant of
-        // those kernels is validated by naga in CI (tests/wgpu_naga.rs).
+        // those kernels is validated by naga in CI (tests/it/wgpu_naga.rs).
         experimental_features: if experimental {
             unsafe { wgpu::ExperimentalFeatures::enabled() }
         } else {
