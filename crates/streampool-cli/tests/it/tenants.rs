@@ -12,10 +12,11 @@ fn models_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models")
 }
 
+/// A tenants file in a folder of the test's own (`name`); the test removes the folder.
 fn tenants_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sp-cli-tenants-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("sp-cli-tenants-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
+    let path = dir.join("tenants.toml");
     std::fs::write(
         &path,
         format!("[[tenant]]\nname = \"search\"\nkey = \"{KEY}\"\nmodels = [\"tiny-bert\"]\n"),
@@ -50,11 +51,12 @@ fn get(port: u16, path: &str, key: Option<&str>) -> (u16, String) {
 #[test]
 fn a_tenant_key_opens_its_models_only() {
     let models = models_dir();
+    let file = tenants_file("serve");
     let mut child = serve()
         .args(["--device", "cpu", "--port", "0", "--no-warm-up", "--model"])
         .arg(models.join("tiny-bert"))
         .arg("--tenants-file")
-        .arg(tenants_file("serve.toml"))
+        .arg(&file)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -81,19 +83,22 @@ fn a_tenant_key_opens_its_models_only() {
     assert_eq!(get(port, "/v2/health/ready", None).0, 200);
     let _ = child.kill();
     let _ = child.wait();
+    let _ = std::fs::remove_dir_all(file.parent().expect("a folder"));
 }
 
 #[test]
 fn the_tenants_file_excludes_a_single_key() {
+    let file = tenants_file("conflict");
     let out = serve()
         .arg("--tenants-file")
-        .arg(tenants_file("conflict.toml"))
+        .arg(&file)
         .args(["--api-key", KEY])
         .output()
         .expect("run streampool serve");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let _ = std::fs::remove_dir_all(file.parent().expect("a folder"));
 }
 
 #[test]

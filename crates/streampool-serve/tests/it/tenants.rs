@@ -20,13 +20,30 @@ const KEY_BETA: &str = "sp-beta-0123456789abcdef";
 const KEY_ALL: &str = "sp-all-0123456789abcdef";
 const RERANKER: &str = "reranker";
 
-/// A file of the test's own under the temporary folder, holding `text`.
-fn tenants_file(test: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sp-tenants-{}", std::process::id()));
+/// A tenants file in a folder of the test's own, removed with it.
+struct TenantsFile {
+    dir: PathBuf,
+}
+
+impl TenantsFile {
+    fn path(&self) -> PathBuf {
+        self.dir.join("tenants.toml")
+    }
+}
+
+impl Drop for TenantsFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A tenants file holding `text`, for the test named `test`.
+fn tenants_file(test: &str, text: &str) -> TenantsFile {
+    let dir = std::env::temp_dir().join(format!("sp-tenants-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(format!("{test}.toml"));
-    std::fs::write(&path, text).expect("write tenants file");
-    path
+    let file = TenantsFile { dir };
+    std::fs::write(file.path(), text).expect("write tenants file");
+    file
 }
 
 fn config_with(path: PathBuf) -> ServeConfig {
@@ -92,7 +109,7 @@ async fn a_tenant_sees_only_its_models_on_every_route() {
              [[tenant]]\nname = \"all\"\nkey = \"{KEY_ALL}\"\nmodels = [\"*\"]\n"
         ),
     );
-    let s = start(config_with(file), vec![reranker()]).await;
+    let s = start(config_with(file.path()), vec![reranker()]).await;
     let text = json!({"input": "hello world"});
 
     // KServe: another tenant's model answers exactly as a model that does not exist.
@@ -218,7 +235,7 @@ async fn requests_per_second_admit_the_rate_and_one_burst() {
         "rate",
         &format!("[[tenant]]\nname = \"r\"\nkey = \"{KEY_ALPHA}\"\nrequests_per_second = {rate}\n"),
     );
-    let s = Arc::new(start(config_with(file), vec![]).await);
+    let s = Arc::new(start(config_with(file.path()), vec![]).await);
     // Four clients as fast as they can for about two seconds: demand far over the rate.
     let began = Instant::now();
     let window = Duration::from_secs(2);
@@ -337,7 +354,7 @@ async fn the_request_past_max_concurrent_is_refused_and_slots_come_back() {
         name: "gated".into(),
         model: gated_model(gate.clone()),
     };
-    let s = Arc::new(start(config_with(file), vec![gated]).await);
+    let s = Arc::new(start(config_with(file.path()), vec![gated]).await);
     let tenant = || {
         s.handle
             .state()
@@ -419,7 +436,7 @@ async fn a_client_that_goes_away_gives_its_slot_back() {
         name: "gated".into(),
         model: gated_model(gate.clone()),
     };
-    let s = start(config_with(file), vec![gated]).await;
+    let s = start(config_with(file.path()), vec![gated]).await;
     let tenant = || {
         s.handle
             .state()
@@ -464,7 +481,7 @@ async fn tokens_per_second_are_charged_once_tokenized() {
         "tokens",
         &format!("[[tenant]]\nname = \"t\"\nkey = \"{KEY_ALPHA}\"\ntokens_per_second = {rate}\n"),
     );
-    let s = start(config_with(file), vec![]).await;
+    let s = start(config_with(file.path()), vec![]).await;
     // Longer than the burst: admitted on a full bucket, then the debt holds the next back.
     let long = "hello world ".repeat(40);
     let req = json!({"input": long});
@@ -530,7 +547,7 @@ async fn the_file_is_reloaded_and_a_bad_one_keeps_the_tenants_in_force() {
         "reload",
         &format!("[[tenant]]\nname = \"a\"\nkey = \"{KEY_ALPHA}\"\n"),
     );
-    let s = start(config_with(file.clone()), vec![]).await;
+    let s = start(config_with(file.path()), vec![]).await;
     let status = |key: &'static str| {
         let req = s.client.get(s.url("/v1/models")).bearer_auth(key);
         async move { req.send().await.expect("GET").status().as_u16() }
@@ -539,7 +556,7 @@ async fn the_file_is_reloaded_and_a_bad_one_keeps_the_tenants_in_force() {
     assert_eq!(status(KEY_BETA).await, 401);
     // a's key goes, b's comes: within a few poll intervals (100 ms here).
     std::fs::write(
-        &file,
+        file.path(),
         format!("[[tenant]]\nname = \"b\"\nkey = \"{KEY_BETA}\"\n"),
     )
     .expect("rewrite");
@@ -557,23 +574,27 @@ async fn the_file_is_reloaded_and_a_bad_one_keeps_the_tenants_in_force() {
         changed.elapsed()
     );
     // A file that does not parse: b stays, a stays out.
-    std::fs::write(&file, "[[tenant]]\nname = \"b\"\nkey = \"unterminated\n").expect("rewrite");
+    std::fs::write(
+        file.path(),
+        "[[tenant]]\nname = \"b\"\nkey = \"unterminated\n",
+    )
+    .expect("rewrite");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(status(KEY_BETA).await, 200);
     assert_eq!(status(KEY_ALPHA).await, 401);
     // A file that parses but breaks a rule, and a missing file: the same.
     std::fs::write(
-        &file,
+        file.path(),
         format!("[[tenant]]\nname = \"b\"\nkey = \"{KEY_BETA}\"\nmax_concurrent = 0\n"),
     )
     .expect("rewrite");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    std::fs::remove_file(&file).expect("remove");
+    std::fs::remove_file(file.path()).expect("remove");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(status(KEY_BETA).await, 200);
     // Fixed again: in force again.
     std::fs::write(
-        &file,
+        file.path(),
         format!("[[tenant]]\nname = \"a\"\nkey = \"{KEY_ALPHA}\"\n"),
     )
     .expect("rewrite");
@@ -595,7 +616,7 @@ async fn the_file_is_reloaded_and_a_bad_one_keeps_the_tenants_in_force() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_file_or_two_kinds_of_keys_stop_the_start() {
     let bad = tenants_file("bad", "[[tenant]]\nname = \"a\"\n");
-    let err = Server::start(config_with(bad), vec![])
+    let err = Server::start(config_with(bad.path()), vec![])
         .await
         .err()
         .expect("refused");
@@ -606,7 +627,7 @@ async fn a_bad_file_or_two_kinds_of_keys_stop_the_start() {
     // The path once, the kind once: "tenants file: /tmp/.../bad.toml: tenant \"a\": ...".
     let said = err.to_string();
     assert_eq!(said.matches("tenants file").count(), 1, "{said}");
-    assert!(said.contains("bad.toml: tenant"), "{said}");
+    assert!(said.contains("tenants.toml: tenant"), "{said}");
     let missing = std::env::temp_dir().join("sp-tenants-no-such-file.toml");
     let err = Server::start(config_with(missing), vec![])
         .await
@@ -619,7 +640,7 @@ async fn a_bad_file_or_two_kinds_of_keys_stop_the_start() {
     );
     let both = ServeConfig {
         api_key: Some(ApiKey::new(KEY_BETA).expect("key")),
-        ..config_with(good)
+        ..config_with(good.path())
     };
     assert!(matches!(both.validate(), Err(Error::Config(_))));
 }
@@ -636,7 +657,8 @@ async fn a_thousand_tenants_are_served_and_counted() {
             key(i)
         );
     }
-    let s = start(config_with(tenants_file("thousand", &text)), vec![]).await;
+    let file = tenants_file("thousand", &text);
+    let s = start(config_with(file.path()), vec![]).await;
     assert_eq!(s.handle.state().tenants().expect("tenants").len(), 1000);
     for i in [0, 1, 499, 998, 999] {
         let (status, list) = call(&s, &key(i), "/v1/models", None).await;
@@ -702,7 +724,7 @@ async fn the_repository_lists_a_tenants_models_and_only_a_tenant_of_all_manages_
              [[tenant]]\nname = \"all\"\nkey = \"{KEY_ALL}\"\n"
         ),
     );
-    let config = config_with(file);
+    let config = config_with(file.path());
     let loader = Arc::new(ModelLoader::new(
         vec![Device::cpu()],
         LoaderConfig {
