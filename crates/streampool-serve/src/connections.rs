@@ -272,7 +272,11 @@ async fn serve_connection(
     let mut draining = false;
     loop {
         let check = activity.next_check(&limits);
+        // The connection first: bytes that arrived by now count before a deadline that
+        // passed while this task waited to run (a loaded server must not close a
+        // keep-alive connection whose next request is already in its socket).
         tokio::select! {
+            biased;
             served = conn.as_mut() => {
                 if let Err(e) = served {
                     tracing::debug!(error = %e, "connection ended with an error");
