@@ -422,7 +422,7 @@ impl BertModel {
                 self.dtype
             )));
         }
-        if dtype.is_quantized() && self.device.kind() != streampool::DeviceKind::Cpu {
+        if dtype.is_quantized() && !self.device.runs_int8_matmul() {
             return Err(crate::layers::int8_unsupported(&self.device));
         }
         // A quantized model quantizes the encoder's linear layers only: a classification

@@ -112,7 +112,7 @@ impl SentenceEmbedder {
         options: &LoadOptions,
     ) -> Result<Self> {
         let dtype = options.dtype;
-        if dtype.is_quantized() && device.kind() != streampool::DeviceKind::Cpu {
+        if dtype.is_quantized() && !device.runs_int8_matmul() {
             return Err(crate::layers::int8_unsupported(device));
         }
         if !dtype.is_quantized() || options.gate == QuantizationGate::Force {

@@ -41,14 +41,25 @@ pub(crate) trait BackendDevice: BackendMemory {
     /// its write event eagerly; otherwise the event is recorded lazily, on the first read
     /// from another stream (correct, but it may wait for later work on the writer stream).
     fn cheap_events(&self) -> bool;
-    /// Whether the backend runs packed (varlen) batches: [`Kernel::Attention`] with
-    /// `packed` set and [`Kernel::MeanPoolNormPacked`].
     /// The device's `(free, total)` memory in bytes as its driver reports it, where the
     /// backend can tell (CUDA); `None` elsewhere (host memory is the operating system's).
     fn memory_info(&self) -> Option<(usize, usize)> {
         None
     }
+    /// Whether the backend runs packed (varlen) batches: [`Kernel::Attention`] with
+    /// `packed` set and [`Kernel::MeanPoolNormPacked`].
     fn has_packed_kernels(&self) -> bool {
+        false
+    }
+    /// Whether [`Kernel::Matmul`] runs [`crate::MatmulMath::Int8`] here; a backend that
+    /// returns `false` never receives one (the tensor layer refuses it first).
+    fn runs_int8_matmul(&self) -> bool {
+        false
+    }
+    /// Whether plain `f32` attention given a binary key mask is fastest through the fused
+    /// attention kernel here (half precision always takes it where it can). Models ask
+    /// through [`crate::Device::fuses_f32_attention`] rather than naming a backend.
+    fn fuses_f32_attention(&self) -> bool {
         false
     }
     /// Builds (or loads) the device's kernels now rather than at the first launch. Backends
@@ -111,12 +122,6 @@ pub(crate) trait BackendStream: Send + Sync {
     /// never receives a matmul with a residual.
     fn fuses_matmul_residual(&self, dtype: crate::DType, k: usize, n: usize) -> bool {
         let _ = (dtype, k, n);
-        false
-    }
-
-    /// Whether [`Kernel::Matmul`] runs [`crate::MatmulMath::Int8`] here; a backend that
-    /// returns `false` never receives one (the tensor layer refuses it first).
-    fn runs_int8_matmul(&self) -> bool {
         false
     }
 

@@ -350,6 +350,28 @@ impl Device {
         self.0.backend.has_packed_kernels()
     }
 
+    /// Whether this device runs [`MatmulMath::Int8`](crate::MatmulMath::Int8) products (the
+    /// CPU does; the GPU backends do not yet).
+    ///
+    /// ```
+    /// assert!(streampool::Device::cpu().runs_int8_matmul());
+    /// ```
+    pub fn runs_int8_matmul(&self) -> bool {
+        self.0.backend.runs_int8_matmul()
+    }
+
+    /// Whether plain `f32` attention (given a binary key mask) is fastest here through the
+    /// fused kernel ([`Tensor::attention`](crate::Tensor::attention) with a mask rather than
+    /// products, an additive bias and a softmax): the CPU's is; the GPUs' fused kernels win
+    /// in half precision only.
+    ///
+    /// ```
+    /// assert!(streampool::Device::cpu().fuses_f32_attention());
+    /// ```
+    pub fn fuses_f32_attention(&self) -> bool {
+        self.0.backend.fuses_f32_attention()
+    }
+
     /// A snapshot of the caching allocator's statistics.
     pub fn allocator_stats(&self) -> AllocatorStats {
         self.0.allocator.stats()

@@ -104,7 +104,7 @@ pub enum MatmulMath {
     /// `sb[g, j] = max_{p in g} |b[p, j]| / 64` and `qb[p, j] = round_even(b[p, j] / sb[g,
     /// j])`. Every CPU path (AVX-512 VNNI, AVX-VNNI, AVX2, portable) computes the same bits.
     /// The CPU backend only (where the backend reports
-    /// [`BackendStream::runs_int8_matmul`](crate::backend::BackendStream::runs_int8_matmul));
+    /// [`Device::runs_int8_matmul`](crate::Device::runs_int8_matmul));
     /// elsewhere a product asking for it fails with [`Error::Unavailable`](crate::Error).
     Int8,
 }

@@ -12,7 +12,7 @@
 //! | [`Event`] | "stream has completed `n` jobs"              | a `CUevent`                             | a point in a stream's submissions (`SubmissionIndex`) |
 //! | allocator | caching, per-stream lists, heap blocks       | caching, per-stream lists, `cuMemAlloc` | caching, per-stream lists, one storage buffer per block |
 //! | pointer   | a host address                               | a `CUdeviceptr`                         | buffer id + byte offset (`device_ptr.rs`)          |
-//! | [`Tensor`]| `f32` kernels in Rust, `matrixmultiply`      | NVRTC kernels, cuBLAS                   | WGSL kernels (f32; f16 with `SHADER_F16`, no bf16), register-blocked matmul |
+//! | [`Tensor`]| Rust kernels (f32, f16/bf16, int8): a packed AVX2/AVX-512 SGEMM for weights, `gemm` for other products | NVRTC kernels, cuBLAS/cuBLASLt | WGSL kernels (f32; f16 with `SHADER_F16`, no bf16), register-blocked matmul |
 //! | kernels   | [`KernelCache`] (unused)                     | NVRTC modules built once per device; cubins kept on disk ([`DiskCache`]) | pipelines built once per device, shared by threads |
 //!
 //! ```

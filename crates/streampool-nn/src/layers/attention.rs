@@ -1,7 +1,7 @@
 //! Multi-head self-attention with its options: padding or causal mask, rotary positions, a
 //! score bias (relative positions), grouped-query heads, q/k RMSNorm.
 
-use streampool::{Device, DeviceKind, Tensor};
+use streampool::{Device, Tensor};
 
 use super::{Linear, LinearParams, RmsNorm};
 use crate::{ComputeDType, Error, Result};
@@ -410,11 +410,9 @@ pub struct MultiheadAttention {
     k_norm: Option<RmsNorm>,
     /// Half precision (fused kernel where the layer is plain).
     half: bool,
-    /// The device is the CPU, where plain f32 attention runs fused too (given a binary
-    /// mask): its kernel splits (sequence, head) pairs over the intra-op pool as two GEMMs
-    /// around a vectorized softmax, where the unfused path spent a tenth of a CPU forward in
-    /// copies and softmax.
-    cpu: bool,
+    /// The device runs plain f32 attention fastest fused too, given a binary mask
+    /// ([`streampool::Device::fuses_f32_attention`]).
+    fused_f32: bool,
 }
 
 impl MultiheadAttention {
@@ -550,7 +548,7 @@ impl MultiheadAttention {
             q_norm,
             k_norm,
             half: false,
-            cpu: device.kind() == DeviceKind::Cpu,
+            fused_f32: device.fuses_f32_attention(),
         })
     }
 
@@ -569,10 +567,10 @@ impl MultiheadAttention {
     }
 
     /// Whether this layer uses the fused attention kernel (and so a binary mask) when called
-    /// without a score bias: half precision or the CPU, and none of the options the kernel
+    /// without a score bias: half precision or a device that fuses f32 attention, and none of the options the kernel
     /// lacks. Given an additive mask (causal, sliding window) any layer runs unfused.
     pub fn is_fused(&self) -> bool {
-        (self.half || self.cpu) && self.is_plain()
+        (self.half || self.fused_f32) && self.is_plain()
     }
 
     /// No grouped-query heads and no q/k norm (the fused kernel's case, given no bias at the

@@ -1,6 +1,6 @@
 //! Fully connected layer.
 
-use streampool::{Device, DeviceKind, MatmulMath, Tensor};
+use streampool::{Device, MatmulMath, Tensor};
 
 use crate::weights::{HostTensor, WeightFile};
 use crate::{Activation, ComputeDType, Error, Result};
@@ -189,7 +189,7 @@ impl Linear {
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         if dtype.is_quantized() {
             let device = self.weight_t.device();
-            if device.kind() != DeviceKind::Cpu {
+            if !device.runs_int8_matmul() {
                 return Err(int8_unsupported(device));
             }
             let own =

@@ -237,10 +237,6 @@ impl BackendStream for CpuStream {
         true // applied right after the bias, as the bias kernel would
     }
 
-    fn runs_int8_matmul(&self) -> bool {
-        true // kernels::qgemm
-    }
-
     fn prepacks_matmul_weights(&self) -> bool {
         true // packed into the GEMM's panels once, not on every call (kernels::sgemm)
     }

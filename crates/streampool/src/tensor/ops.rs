@@ -360,7 +360,7 @@ impl Tensor {
     }
 
     /// Refuses [`MatmulMath::Int8`] where it cannot run: operands other than `F32`, or a
-    /// backend without int8 products (this thread's current stream says).
+    /// backend without int8 products.
     fn check_int8_matmul(&self, op: &'static str) -> Result<()> {
         if self.dtype() != DType::F32 {
             return Err(Error::DType {
@@ -369,10 +369,7 @@ impl Tensor {
                 got: self.dtype(),
             });
         }
-        let runs = crate::stream_pool::with_current_stream(self.device(), |s| {
-            Ok(s.inner.runs_int8_matmul())
-        })?;
-        if !runs {
+        if !self.device().runs_int8_matmul() {
             return Err(Error::Unavailable(format!(
                 "int8 matmul: not on {} (the CPU backend runs it)",
                 self.device().name()
