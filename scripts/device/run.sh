@@ -18,9 +18,9 @@
 #                               safetensors header: its first 8 + N bytes, N the little-endian
 #                               u64 in its first 8); the steps then run random weights of those
 #                               names, shapes and dtypes (speed only: same kernels, same shapes)
-#   $D/tests/NAME               test binaries (cargo test --release --no-run ...), named after their
-#                               test target; streampool-nn's prefixed nn- (nn-cuda, nn-wgpu); `lib`
-#                               for the streampool crate's unit tests
+#   $D/tests/NAME               test binaries (cargo test --release --no-run ...): each crate has
+#                               one, `it` (its modules: `it cuda::`, `it wgpu::`); name the runtime's
+#                               `it`, streampool-nn's `nn-it`, and the runtime's unit tests `lib`
 #   $D/examples/NAME            forward_timeline, minilm_phases (streampool-nn), host_cost,
 #                               cuda_profile, wgpu_bench, cpu_gemm (streampool)
 #   $D/kernels-before.cu        optional (first-use): an older kernels.cu, timed as one NVRTC program
@@ -221,7 +221,7 @@ step_tests() {
     local tool test=${SANITIZE_TEST:-mean_pool_matches_the_cpu_backend}
     for tool in ${SANITIZE:-}; do
         room "compute-sanitizer $tool" 40 || continue
-        (cd crates/streampool && timeout 150 compute-sanitizer --tool "$tool" "$WORK/tests/cuda" "$test" \
+        (cd crates/streampool && timeout 150 compute-sanitizer --tool "$tool" "$WORK/tests/it" "cuda::$test" \
             --test-threads 1 --nocapture) >"$OUT/sanitize-$tool.log" 2>&1
         note "$tool $test: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result|Internal' \
             "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
@@ -604,14 +604,14 @@ step_wgpu() {
         STREAMPOOL_WGPU_COOP_MATRIX=1 timeout 60 "$CLI" check --device wgpu >"$OUT/wgpu-check-coop.log" 2>&1
         grep -E "matmul F16|cooperative" "$OUT/wgpu-check-coop.log" | head -12
     fi
-    if has suite && [ -x "$WORK/tests/wgpu" ]; then
+    if has suite && [ -x "$WORK/tests/it" ]; then
         (
             [ -n "${COOP:-}" ] && export STREAMPOOL_WGPU_COOP_MATRIX=$COOP
             cd crates/streampool || exit
-            timeout 150 "$WORK/tests/wgpu" --nocapture >"$OUT/wgpu-tests.log" 2>&1
+            timeout 150 "$WORK/tests/it" wgpu --nocapture >"$OUT/wgpu-tests.log" 2>&1
             echo "wgpu suite: exit $? $(grep 'test result' "$OUT/wgpu-tests.log")"
             for i in $(seq 1 "${WGPU_PARALLEL:-2}"); do
-                timeout 150 "$WORK/tests/wgpu" >"$OUT/wgpu-tests-parallel-$i.log" 2>&1 &
+                timeout 150 "$WORK/tests/it" wgpu >"$OUT/wgpu-tests-parallel-$i.log" 2>&1 &
             done
             wait
             grep -h "test result" "$OUT"/wgpu-tests-parallel-*.log
@@ -665,10 +665,10 @@ step_wgpu() {
             bench "wgpu-mlp-$r" "$CLI" "${mlp[@]}"
         done
     fi
-    if has nn && [ -x "$WORK/tests/nn-wgpu" ] && [ -d "$D/minilm-fp16" ] && model; then
+    if has nn && [ -x "$WORK/tests/nn-it" ] && [ -d "$D/minilm-fp16" ] && model; then
         for c in 1 0; do
             (cd crates/streampool-nn && STREAMPOOL_MINILM_DIR=$M STREAMPOOL_WGPU_MINILM=1 STREAMPOOL_WGPU_COOP_MATRIX=$c \
-                timeout 150 "$WORK/tests/nn-wgpu" --nocapture --test-threads 1) >"$OUT/nn-wgpu-coop$c.log" 2>&1
+                timeout 150 "$WORK/tests/nn-it" wgpu:: --nocapture --test-threads 1) >"$OUT/nn-wgpu-coop$c.log" 2>&1
             note "nn-wgpu (coop $c): exit $? $(grep -hE 'test result' "$OUT/nn-wgpu-coop$c.log")"
             grep -hE "MiniLM" "$OUT/nn-wgpu-coop$c.log" | tee -a "$SUMMARY"
         done
