@@ -11,6 +11,15 @@
 
 use crate::{BertInput, PackedInput};
 
+/// The longest filler sequence [`ShapeBuckets::pad_packed`] adds. The shape a packed batch
+/// runs at is its token and sequence counts; how the filler tokens are split into sequences
+/// is data. Every token's attention costs as many keys as its sequence is long, so fillers as
+/// long as the batch's longest sequence (256 tokens, say) made a bucket's few percent more
+/// tokens cost several times their share of the attention; short ones cost what the
+/// tokens do. Not shorter: each sequence is at least one tile of query rows in the
+/// attention kernels' grids, and one more row to pool.
+pub const FILLER_SEQ_LEN: usize = 64;
+
 /// How batch shapes are rounded up (see the module documentation). A typed setting of
 /// [`crate::SentenceEmbedder::with_shape_buckets`].
 ///
@@ -87,17 +96,17 @@ impl ShapeBuckets {
     }
 
     /// `input` padded to its bucket shape, or `None` when it is already there: the tokens
-    /// rounded up by extra sequences of padding tokens, each at most `max_seq` long (the
-    /// model's length bound for this batch, so the longest sequence stays the longest), then
-    /// the sequence count rounded up by empty sequences. The first `input.batch_size()`
-    /// sequences are `input`'s; the others are computed and dropped.
+    /// rounded up by extra sequences of padding tokens, each at most [`FILLER_SEQ_LEN`] and
+    /// `max_seq` long (the model's length bound for this batch, so the longest sequence
+    /// stays the longest), then the sequence count rounded up by empty sequences. The first
+    /// `input.batch_size()` sequences are `input`'s; the others are computed and dropped.
     pub fn pad_packed(&self, input: &PackedInput, max_seq: usize) -> Option<PackedInput> {
         if !self.enabled() {
             return None;
         }
         let (b, n) = (input.batch_size(), input.tokens());
         let tokens = self.round(n);
-        let max_seq = max_seq.max(1);
+        let max_seq = max_seq.clamp(1, FILLER_SEQ_LEN);
         let fillers = (tokens - n).div_ceil(max_seq);
         let rows = self.round(b + fillers);
         if (rows, tokens) == (b, n) {

@@ -100,7 +100,7 @@ mod weights;
 
 pub use accuracy::LoadOptions;
 pub use bert::{BertInput, BertModel};
-pub use buckets::ShapeBuckets;
+pub use buckets::{ShapeBuckets, FILLER_SEQ_LEN};
 pub use config::{BertConfig, Family};
 pub use dtype::ComputeDType;
 pub use embedder::{SentenceEmbedder, DEFAULT_EMBED_CHUNK};

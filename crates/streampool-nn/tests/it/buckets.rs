@@ -6,6 +6,7 @@ use crate::util::cosine;
 use streampool::Device;
 use streampool_nn::{
     tiny_bert_dir, BertInput, ComputeDType, PackedInput, SentenceEmbedder, ShapeBuckets,
+    FILLER_SEQ_LEN,
 };
 
 /// Texts whose token counts are off the bucket grid (so the buckets add rows and padding).
@@ -112,8 +113,27 @@ fn bucketed_inputs_keep_the_real_rows_and_tokens_first() {
     assert_eq!((tokens, out.tokens(), out.batch_size()), (1254, 1280, 20));
     assert_eq!(&out.offsets()[..20], packed.offsets());
     assert_eq!(&out.input_ids()[..tokens], packed.input_ids());
-    // Filler sequences never outgrow the length bound, so the batch keeps its bound.
+    // Filler sequences never outgrow the length bound, so the batch keeps its bound, and
+    // are short (their attention costs what their tokens do, not the longest sequence's).
     assert_eq!(out.max_len(), packed.max_len());
+    let long = ShapeBuckets::default()
+        .pad_packed(
+            &PackedInput::from_sequences(&vec![vec![1i64; 300]; 9]).unwrap(),
+            320,
+        )
+        .unwrap();
+    // 2,700 tokens: 2,816 (step 256 past 2,048), the 116 extra in sequences of at most 64.
+    assert_eq!(long.tokens(), 2816);
+    let filler_lens: Vec<usize> = long.offsets()[9..]
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .collect();
+    assert!(
+        filler_lens.iter().all(|&l| l <= FILLER_SEQ_LEN),
+        "{filler_lens:?}"
+    );
+    assert_eq!(filler_lens.iter().sum::<usize>(), 116);
+    assert_eq!(long.max_len(), 300);
     let small = b.pad_packed(&packed, 8).unwrap();
     assert!(small.offsets()[19..].windows(2).all(|w| w[1] - w[0] <= 8));
     assert_eq!(small.batch_size(), b.round(small.batch_size()));

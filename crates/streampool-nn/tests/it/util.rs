@@ -108,7 +108,8 @@ pub fn refs(texts: &[String]) -> Vec<&str> {
 
 /// tiny-bert on `dev` against its float64 reference: every hidden state of the first
 /// sentence (max abs diff < 1e-3) and the embeddings of all sentences (min cosine > 0.99999).
-/// `label` names the backend in the printed figures.
+/// `label` names the backend in the printed figures. For the GPU backends' modules.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
 pub fn check_tiny_bert_on(dev: &Device, label: &str) {
     let r = reference("tiny_bert_reference.json");
     let model = BertModel::load(dev, tiny_bert_dir()).unwrap();
