@@ -42,9 +42,9 @@ fn main() -> anyhow::Result<()> {
     // First thing: `serve` and `embed` time their start-up phases from here.
     let start = std::time::Instant::now();
     let cli = Cli::parse();
-    if let Some(n) = cli.cpu_threads {
-        streampool::set_cpu_threads(n)?;
-    }
+    // Logging before the settings, so that a variable that does not parse is reported.
+    init_logging(matches!(cli.command, Command::Serve(_)));
+    configure(cli.cpu_threads)?;
     match cli.command {
         Command::Check(a) => commands::check::run(a),
         Command::Bench(a) => commands::bench::run(a),
@@ -54,4 +54,41 @@ fn main() -> anyhow::Result<()> {
         Command::Loadgen(a) => commands::loadgen::run(a),
         Command::FirstUse(a) => commands::first_use::run(a, start),
     }
+}
+
+/// Fixes the process's settings before any device or model is touched: the environment's
+/// (every variable in `docs/configuration.md`), with the command line's flags over them.
+fn configure(cpu_threads: Option<usize>) -> anyhow::Result<()> {
+    let mut tuning = streampool::config::Tuning::from_env();
+    if let Some(n) = cpu_threads {
+        anyhow::ensure!(
+            n > 0,
+            "--cpu-threads: the CPU pool needs at least one thread"
+        );
+        tuning.cpu.threads = Some(n);
+    }
+    streampool::config::set(tuning)?;
+    streampool_nn::settings::set(streampool_nn::settings::Settings::from_env())?;
+    Ok(())
+}
+
+/// Logs to stderr; `RUST_LOG` filters. Without it: `info` for `serve` (its start-up and
+/// request logs), `warn` for the other commands, whose output is their report. The cuBLASLt
+/// tuning log (a line per product shape timed on first use) is off unless `RUST_LOG` turns
+/// it on or `STREAMPOOL_CUBLASLT_TUNE_LOG` is set.
+fn init_logging(serve: bool) {
+    use tracing_subscriber::EnvFilter;
+    let tune_log = std::env::var_os("STREAMPOOL_CUBLASLT_TUNE_LOG").is_some();
+    let target = streampool::config::CUBLASLT_TUNE_LOG_TARGET;
+    let tune = format!("{target}={}", if tune_log { "info" } else { "warn" });
+    let filter = match EnvFilter::try_from_default_env() {
+        Ok(f) if tune_log => f.add_directive(tune.parse().expect("a valid directive")),
+        Ok(f) => f,
+        Err(_) => EnvFilter::new(format!("{},{tune}", if serve { "info" } else { "warn" })),
+    };
+    // Fails only when a subscriber is already set, which then keeps logging.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -94,6 +94,7 @@ mod locate;
 mod packed;
 pub mod pooling;
 mod scan;
+pub mod settings;
 pub mod tasks;
 mod tokenizer;
 mod weights;
@@ -110,15 +111,14 @@ pub use layers::{
     Mlp, MultiheadAttention, Norm, RmsNorm, Rotary, TransformerEncoderLayer,
 };
 pub use locate::{
-    cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, tiny_model_dir, CACHE_ENV,
-    MINILM_DIR_ENV, TINY_BERT_RELATIVE,
+    cache_dir, find_minilm, find_tiny_bert, is_model_dir, tiny_bert_dir, tiny_model_dir,
+    TINY_BERT_RELATIVE,
 };
 pub use packed::PackedInput;
+pub use settings::{CACHE_ENV, MINILM_DIR_ENV, TOKENIZE_THREADS_ENV};
 pub use streampool::Activation;
 pub use tasks::{Classifier, Reranker};
-pub use tokenizer::{
-    BertTokenizer, InputLimit, PairFirst, Prompt, TokenizePool, TOKENIZE_THREADS_ENV,
-};
+pub use tokenizer::{BertTokenizer, InputLimit, PairFirst, Prompt, TokenizePool};
 pub use weights::{HostTensor, WeightFile};
 
 // Models are shared across threads by design: fail the build if that ever stops holding.

@@ -3,13 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::settings::{settings, CACHE_ENV, MINILM_DIR_ENV};
 use crate::{Error, Result};
-
-/// Environment variable naming an all-MiniLM-L6-v2 folder; it wins over the cache.
-pub const MINILM_DIR_ENV: &str = "STREAMPOOL_MINILM_DIR";
-/// Environment variable naming the cache folder (default `$HOME/.cache/streampool`), as in
-/// `scripts/fetch-minilm.sh`.
-pub const CACHE_ENV: &str = "STREAMPOOL_CACHE";
 /// The shipped tiny model, relative to the workspace root.
 pub const TINY_BERT_RELATIVE: &str = "models/tiny-bert";
 
@@ -21,28 +16,26 @@ pub fn is_model_dir(dir: &Path) -> bool {
     MODEL_FILES.iter().all(|f| dir.join(f).is_file())
 }
 
-/// `$STREAMPOOL_CACHE`, else `$HOME/.cache/streampool`.
+/// `$STREAMPOOL_CACHE`, else `$HOME/.cache/streampool` (the process's
+/// [`Settings::cache_dir`](crate::settings::Settings::cache_dir)).
 pub fn cache_dir() -> Option<PathBuf> {
-    match std::env::var_os(CACHE_ENV) {
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-        _ => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/streampool")),
-    }
+    settings().cache_dir()
 }
 
-/// The folder of an installed all-MiniLM-L6-v2: `$STREAMPOOL_MINILM_DIR` if set, else the
-/// path in `<cache>/minilm.path` written by `scripts/fetch-minilm.sh`. The error says where it
+/// The folder of an installed all-MiniLM-L6-v2: `$STREAMPOOL_MINILM_DIR` (the process's
+/// [`Settings::minilm_dir`](crate::settings::Settings::minilm_dir)) if set, else the path in
+/// `<cache>/minilm.path` written by `scripts/fetch-minilm.sh`. The error says where it
 /// looked and how to install the model.
 pub fn find_minilm() -> Result<PathBuf> {
     const HINT: &str = "run scripts/fetch-minilm.sh to install it (pip, ~83 MB) or set \
                         STREAMPOOL_MINILM_DIR to a folder with config.json, tokenizer.json and \
                         model.safetensors";
-    if let Some(dir) = std::env::var_os(MINILM_DIR_ENV).filter(|d| !d.is_empty()) {
-        let dir = PathBuf::from(dir);
+    if let Some(dir) = settings().minilm_dir.clone() {
         return if is_model_dir(&dir) {
             Ok(dir)
         } else {
             Err(Error::NotFound(format!(
-                "{MINILM_DIR_ENV}={} does not hold {}",
+                "the MiniLM folder {} ({MINILM_DIR_ENV}) does not hold {}",
                 dir.display(),
                 MODEL_FILES.join(", ")
             )))

@@ -293,13 +293,14 @@ fn main() -> Result<()> {
         b2: Tensor::randn(&[256], 4, &dev)?,
     };
     dev.synchronize()?;
-    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.into());
+    // What the runtime took from the environment, as it reads it.
+    let cuda = &streampool::config::tuning().cuda;
     println!(
-        "cuda_profile on {} (STREAMPOOL_CUDA_STAGING={} STREAMPOOL_CUDA_H2D={} STREAMPOOL_CUDA_WAIT={})",
+        "cuda_profile on {} (staging {}, h2d {:?}, wait {:?})",
         dev.name(),
-        env("STREAMPOOL_CUDA_STAGING", "1"),
-        env("STREAMPOOL_CUDA_H2D", "staged"),
-        env("STREAMPOOL_CUDA_WAIT", "spin"),
+        cuda.staging,
+        cuda.h2d,
+        cuda.wait,
     );
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |what: &str| args.is_empty() || args.iter().any(|a| a == what);

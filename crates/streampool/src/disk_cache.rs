@@ -25,7 +25,6 @@
 //!   are removed (a development machine rebuilding `kernels.cu` would otherwise gather one
 //!   entry per edit), and leftover temporary files of crashed writers older than an hour.
 
-use std::ffi::OsString;
 use std::hash::Hasher;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -33,14 +32,7 @@ use std::time::{Duration, SystemTime};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-/// Environment variable naming the kernel cache folder itself (entries are stored directly
-/// in it).
-pub const CACHE_DIR_ENV: &str = "STREAMPOOL_CACHE_DIR";
-/// Environment variable naming streampool's cache root (as in `scripts/fetch-minilm.sh`);
-/// kernels go in its `kernels` folder.
-pub const CACHE_ROOT_ENV: &str = "STREAMPOOL_CACHE";
-/// Environment variable that turns the kernel cache off: `0`, `off`, `false` or `no`.
-pub const KERNEL_CACHE_ENV: &str = "STREAMPOOL_KERNEL_CACHE";
+pub use crate::config::{CACHE_DIR_ENV, CACHE_ROOT_ENV, KERNEL_CACHE_ENV};
 
 /// First bytes of every entry, and the format's version.
 const MAGIC: &[u8; 4] = b"SPKC";
@@ -65,7 +57,8 @@ const STALE_TEMP: Duration = Duration::from_secs(3600);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum KernelCacheDir {
-    /// As the environment says ([`DiskCache::kernels_from_env`]): the default.
+    /// As the process's tunables say ([`DiskCache::kernels_from_env`]: the environment's,
+    /// unless the program set its own with [`config::set`](crate::config::set)): the default.
     #[default]
     FromEnv,
     /// This folder, whatever the environment says.
@@ -122,10 +115,13 @@ impl DiskCache {
         self
     }
 
-    /// The kernel cache the environment asks for, or `None` when it is turned off
-    /// (`STREAMPOOL_KERNEL_CACHE=0`) or no folder can be named. The folder is, first found:
-    /// `$STREAMPOOL_CACHE_DIR`, `$STREAMPOOL_CACHE/kernels`,
-    /// `$XDG_CACHE_HOME/streampool/kernels`, `$HOME/.cache/streampool/kernels`.
+    /// The kernel cache the process's tunables name
+    /// ([`CacheTuning::kernel_dir`](crate::config::CacheTuning::kernel_dir) of
+    /// [`config::tuning`](crate::config::tuning), from the environment unless the program
+    /// set them), or `None` when it is turned off (`STREAMPOOL_KERNEL_CACHE=0`) or no folder
+    /// can be named. The folder is, first found: `$STREAMPOOL_CACHE_DIR`,
+    /// `$STREAMPOOL_CACHE/kernels`, `$XDG_CACHE_HOME/streampool/kernels`,
+    /// `$HOME/.cache/streampool/kernels`.
     ///
     /// ```
     /// // Whatever the environment, a cache (if any) is a folder path.
@@ -134,7 +130,7 @@ impl DiskCache {
     /// }
     /// ```
     pub fn kernels_from_env() -> Option<Self> {
-        kernel_dir_from(|name| std::env::var_os(name)).map(Self::new)
+        crate::config::tuning().cache.kernel_dir().map(Self::new)
     }
 
     /// The folder.
@@ -224,28 +220,6 @@ impl DiskCache {
     }
 }
 
-/// The kernel cache folder named by the variables `var` returns (see
-/// [`DiskCache::kernels_from_env`]); a variable set to the empty string counts as unset.
-pub(crate) fn kernel_dir_from(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
-    let var = |name: &str| var(name).filter(|v| !v.is_empty());
-    if let Some(switch) = var(KERNEL_CACHE_ENV) {
-        let s = switch.to_string_lossy().to_ascii_lowercase();
-        if matches!(s.as_str(), "0" | "off" | "false" | "no") {
-            return None;
-        }
-    }
-    if let Some(dir) = var(CACHE_DIR_ENV) {
-        return Some(dir.into());
-    }
-    if let Some(root) = var(CACHE_ROOT_ENV) {
-        return Some(PathBuf::from(root).join("kernels"));
-    }
-    if let Some(xdg) = var("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(xdg).join("streampool/kernels"));
-    }
-    var("HOME").map(|home| PathBuf::from(home).join(".cache/streampool/kernels"))
-}
-
 /// SipHash-1-3 with fixed keys: the same on every machine and build (unlike `std`'s
 /// `DefaultHasher`, whose algorithm may change between Rust releases).
 fn hash(bytes: &[u8]) -> [u8; 16] {
@@ -313,42 +287,6 @@ fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn from(vars: &[(&str, &str)]) -> Option<PathBuf> {
-        kernel_dir_from(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| OsString::from(v))
-        })
-    }
-
-    #[test]
-    fn folder_resolution_order() {
-        let home = [("HOME", "/h")];
-        assert_eq!(from(&home), Some("/h/.cache/streampool/kernels".into()));
-        let xdg = [("HOME", "/h"), ("XDG_CACHE_HOME", "/x")];
-        assert_eq!(from(&xdg), Some("/x/streampool/kernels".into()));
-        let root = [("XDG_CACHE_HOME", "/x"), (CACHE_ROOT_ENV, "/r")];
-        assert_eq!(from(&root), Some("/r/kernels".into()));
-        let dir = [(CACHE_ROOT_ENV, "/r"), (CACHE_DIR_ENV, "/d")];
-        assert_eq!(from(&dir), Some("/d".into()));
-        // Empty means unset.
-        assert_eq!(
-            from(&[(CACHE_DIR_ENV, ""), ("HOME", "/h")]),
-            Some("/h/.cache/streampool/kernels".into())
-        );
-        assert_eq!(from(&[]), None);
-        for off in ["0", "off", "OFF", "false", "no"] {
-            assert_eq!(
-                from(&[(KERNEL_CACHE_ENV, off), (CACHE_DIR_ENV, "/d")]),
-                None
-            );
-        }
-        assert_eq!(
-            from(&[(KERNEL_CACHE_ENV, "1"), (CACHE_DIR_ENV, "/d")]),
-            Some("/d".into())
-        );
-    }
 
     #[test]
     fn decode_rejects_every_damaged_header() {

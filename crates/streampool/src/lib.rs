@@ -31,9 +31,16 @@
 //! }).collect();
 //! for h in handles { assert_eq!(h.join().unwrap().len(), 8 * 64); }
 //! ```
+//!
+//! Per-device settings are [`DeviceConfig`] (and `WgpuConfig`); the process-wide tunables
+//! (CPU tiles and paths, CUDA waits and cuBLASLt tuning, graphs, wgpu switches, the kernel
+//! cache folder) are [`config::Tuning`], set with [`config::set`] or from the environment.
+//! Every environment variable is listed, with its default and when to change it, in
+//! `docs/configuration.md` of the repository.
 
 pub mod allocator;
 mod backend;
+pub mod config;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -69,14 +76,17 @@ mod loom_tests;
 pub use self::wgpu::{
     describe_adapters as wgpu_adapters,
     kernels::all_wgsl as wgpu_kernel_sources,
-    profile::{wgpu_profile, WgpuProfile, WGPU_PROFILE_ENV},
+    profile::{wgpu_profile, WgpuProfile},
     CoopMatrix as WgpuCoopMatrix, Quarantine as WgpuQuarantine, WgpuConfig,
     DEFAULT_WAIT_LIMIT as WGPU_DEFAULT_WAIT_LIMIT,
 };
 pub use allocator::AllocatorStats;
-pub use cpu::intra_op::{cpu_threads, set_cpu_threads, CPU_THREADS_ENV};
-pub use cpu::kernels::bf16::{cpu_bf16_path, Bf16Path, CPU_BF16_ENV};
-pub use cpu::profile::{cpu_kernel_profile, CPU_PROFILE_ENV};
+#[cfg(feature = "wgpu")]
+pub use config::WGPU_PROFILE_ENV;
+pub use config::{CPU_BF16_ENV, CPU_PROFILE_ENV, CPU_THREADS_ENV};
+pub use cpu::intra_op::{cpu_threads, set_cpu_threads};
+pub use cpu::kernels::bf16::{cpu_bf16_path, Bf16Path};
+pub use cpu::profile::cpu_kernel_profile;
 pub use device::{Device, DeviceConfig, DeviceKind, EventPolicy, MemoryInfo};
 pub use disk_cache::{DiskCache, KernelCacheDir};
 pub use dtype::{DType, Element};

@@ -219,7 +219,6 @@ pub struct Args {
 /// Loads the models and serves until SIGINT or SIGTERM. Logs one `startup:` line when
 /// ready, with the time of each start-up phase since `start`.
 pub fn run(args: Args, start: Instant) -> Result<()> {
-    init_logging();
     // Before anything opens files: the limit applies to every descriptor of the process.
     let open_files = super::fd_limit::raise();
     let phases = Arc::new(Phases::starting_at(start));
@@ -387,15 +386,4 @@ pub fn run(args: Args, start: Instant) -> Result<()> {
     }
     served?;
     Ok(())
-}
-
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Fails only when a subscriber is already set, which then keeps logging.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

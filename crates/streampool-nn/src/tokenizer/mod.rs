@@ -20,7 +20,7 @@ use crate::{BertInput, Error, Result};
 use ascii::{AsciiWordPiece, Scratch};
 use batch::{Padding, Rows};
 pub use bounded::{InputLimit, PairFirst, Prompt};
-pub use pool::{TokenizePool, TOKENIZE_THREADS_ENV};
+pub use pool::TokenizePool;
 
 /// Batches whose texts hold fewer bytes than this are tokenized on the calling thread: on
 /// the fast path that is a few microseconds, less than handing the work to the pool.

@@ -37,10 +37,6 @@ use rayon::prelude::*;
 
 use crate::{Error, Result};
 
-/// Environment variable setting the number of tokenization threads (default: the host's
-/// available parallelism). `1` makes tokenization serial on one pool thread.
-pub const TOKENIZE_THREADS_ENV: &str = "STREAMPOOL_TOKENIZE_THREADS";
-
 /// A pool of host threads for tokenization. [`TokenizePool::global`] is the one the library
 /// uses; [`TokenizePool::new`] builds others (tests, or an application that wants a smaller
 /// share of the cores).
@@ -74,22 +70,22 @@ impl TokenizePool {
             .thread_name(|i| format!("streampool-tok-{i}"))
             // A panic in a spawned job must not abort the process (rayon's default without
             // a handler); `spawn` catches them itself, this covers anything that slips by.
-            .panic_handler(|_| eprintln!("streampool: a tokenization job panicked"))
+            .panic_handler(|_| tracing::error!("a tokenization job panicked"))
             .build()
             .map_err(|e| Error::Tokenizer(format!("starting the tokenization pool: {e}")))?;
         Ok(Self { pool })
     }
 
-    /// The process's pool, started on first use with [`TOKENIZE_THREADS_ENV`] threads or,
-    /// unset or invalid, one per available core. If the threads cannot be started (a
-    /// process at its thread limit) it falls back to a pool of one thread, and if even that
-    /// fails, panics: nothing can tokenize then.
+    /// The process's pool, started on first use with the process's
+    /// [`Settings::tokenize_threads`](crate::settings::Settings::tokenize_threads)
+    /// (`STREAMPOOL_TOKENIZE_THREADS`) threads or, unset, one per available core. If the
+    /// threads cannot be started (a process at its thread limit) it falls back to a pool of
+    /// one thread, and if even that fails, panics: nothing can tokenize then.
     pub fn global() -> &'static TokenizePool {
         static POOL: OnceLock<TokenizePool> = OnceLock::new();
         POOL.get_or_init(|| {
-            let threads = std::env::var(TOKENIZE_THREADS_ENV)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
+            let threads = crate::settings::settings()
+                .tokenize_threads
                 .filter(|&n| n > 0)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             TokenizePool::new(threads)
@@ -148,7 +144,7 @@ impl TokenizePool {
 
     /// Runs `job` on the pool without waiting (hand results back through a channel, e.g. a
     /// `tokio::sync::oneshot` that an async task awaits). A panic in `job` is caught and
-    /// reported on stderr; whatever `job` owned (such as the channel's sender) is dropped,
+    /// logged as an error; whatever `job` owned (such as the channel's sender) is dropped,
     /// so a waiting receiver sees a closed channel rather than hanging.
     ///
     /// ```
@@ -163,7 +159,7 @@ impl TokenizePool {
     pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
         self.pool.spawn(move || {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
-                eprintln!("streampool: a tokenization job panicked");
+                tracing::error!("a tokenization job panicked");
             }
         });
     }

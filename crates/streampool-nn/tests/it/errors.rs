@@ -6,6 +6,7 @@ use safetensors::SafeTensors;
 
 use crate::util::in_own_process;
 use streampool::Device;
+use streampool_nn::settings::Settings;
 use streampool_nn::{
     find_minilm, tiny_bert_dir, BertConfig, BertInput, BertModel, BertTokenizer, ComputeDType,
     Error, SentenceEmbedder, WeightFile, MINILM_DIR_ENV,
@@ -216,12 +217,13 @@ fn bad_inputs_are_errors() {
 
 #[test]
 fn find_minilm_reports_a_bad_override() {
-    // In a process of its own: the other tests of this binary look for the model through the
-    // same variable, and setting a variable while another thread reads one is not safe.
+    // In a process of its own: the settings are fixed once per process, and the other tests
+    // of this binary look for the real model.
     in_own_process("errors::find_minilm_reports_a_bad_override", || {
-        std::env::set_var(MINILM_DIR_ENV, "/nonexistent/minilm");
+        let mut s = Settings::from_env();
+        s.minilm_dir = Some("/nonexistent/minilm".into());
+        streampool_nn::settings::set(s).expect("the first use of the settings in this process");
         let err = find_minilm().unwrap_err();
-        std::env::remove_var(MINILM_DIR_ENV);
         let msg = err.to_string();
         assert!(
             msg.contains(MINILM_DIR_ENV) && msg.contains("/nonexistent/minilm"),

@@ -16,16 +16,15 @@
 //! a small kernel (under [`MIN_PARALLEL_WORK`]) runs on its stream's worker without touching
 //! the pool, where the hand-off would cost more than the work.
 //!
-//! The size comes from [`set_cpu_threads`], else `STREAMPOOL_CPU_THREADS`, else the number
-//! of cores the process may use; it is fixed when the first kernel needs the pool.
+//! The size comes from [`set_cpu_threads`], else the tunables' `cpu.threads`
+//! (`STREAMPOOL_CPU_THREADS`, [`crate::config`]), else the number of cores the process may
+//! use; it is fixed when the first kernel needs the pool.
 
 use std::ops::Range;
 use std::sync::OnceLock;
 
+use crate::config::CPU_THREADS_ENV;
 use crate::{Error, Result};
-
-/// Environment variable that sets the pool's size (a positive integer).
-pub const CPU_THREADS_ENV: &str = "STREAMPOOL_CPU_THREADS";
 
 /// Below this much work (elements touched, or multiply-adds) a kernel runs on its stream's
 /// worker alone: handing pieces to the pool and waking its threads costs tens of
@@ -84,11 +83,7 @@ fn wanted_threads() -> usize {
     if let Some(&n) = REQUESTED.get() {
         return n;
     }
-    if let Some(n) = std::env::var(CPU_THREADS_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-    {
+    if let Some(n) = crate::config::tuning().cpu.threads.filter(|&n| n > 0) {
         return n;
     }
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -1,20 +1,14 @@
 //! Opt-in timing of every CPU kernel (`STREAMPOOL_CPU_PROFILE=1`): where a CPU forward
 //! spends its time, per kernel and shape, without an external profiler (the GPU machine's
-//! host has none). Off, it costs one relaxed atomic load per kernel.
+//! host has none). On or off by the tunables' `cpu.profile` ([`crate::config`]); off, it
+//! costs one read of that field per kernel.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use crate::kernel::Kernel;
 use crate::profile::{label, work, KernelTime};
 use parking_lot::Mutex;
-
-/// Environment variable that turns the profile on (`1`).
-pub const CPU_PROFILE_ENV: &str = "STREAMPOOL_CPU_PROFILE";
-
-/// 0: not read yet, 1: off, 2: on.
-static STATE: AtomicU8 = AtomicU8::new(0);
 
 /// Totals per kernel label. Locked once per kernel, only while profiling, never while a
 /// kernel runs. `parking_lot` directly (not the `sync` shim): a `const` static, and not part
@@ -25,15 +19,7 @@ static TOTALS: Mutex<Option<HashMap<String, Totals>>> = Mutex::new(None);
 type Totals = (u64, u128, u64, u64);
 
 fn enabled() -> bool {
-    match STATE.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let on = std::env::var(CPU_PROFILE_ENV).is_ok_and(|v| v == "1");
-            STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
-            on
-        }
-    }
+    crate::config::tuning().cpu.profile
 }
 
 /// Runs `f` (the kernel `k`), timing it when profiling is on.
@@ -56,8 +42,8 @@ pub(crate) fn timed(k: &Kernel, f: impl FnOnce()) {
     e.3 += bytes;
 }
 
-/// The CPU kernel profile so far, longest total first, and resets it. Empty unless
-/// `STREAMPOOL_CPU_PROFILE=1` was set when the first kernel ran.
+/// The CPU kernel profile so far, longest total first, and resets it. Empty unless the
+/// tunables' `cpu.profile` is on (`STREAMPOOL_CPU_PROFILE=1`, [`crate::config`]).
 ///
 /// ```
 /// let profile = streampool::cpu_kernel_profile();

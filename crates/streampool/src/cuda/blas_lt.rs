@@ -25,8 +25,10 @@
 //! accepts it for their exact shape). Other streams and the graph-capture streams take the
 //! choice from the table; a stream that finds the shape being tuned elsewhere, or that is
 //! capturing (no waits allowed), runs the heuristic's choice meanwhile and looks again on its
-//! next call. `STREAMPOOL_CUBLASLT_TUNE=off` (or `0`) keeps the heuristic's choice, `N` times N
-//! candidates (16 by default); `STREAMPOOL_CUBLASLT_TUNE_LOG=1` prints each timing to stderr.
+//! next call. `STREAMPOOL_CUBLASLT_TUNE=off` (or `0`; the tunables' `cuda.cublaslt_tune`)
+//! keeps the heuristic's choice, `N` times N candidates (16 by default). Each shape's
+//! timings are logged at `info` under the target
+//! [`CUBLASLT_TUNE_LOG_TARGET`](crate::config::CUBLASLT_TUNE_LOG_TARGET).
 //!
 //! Choices outlive the process: each one timed is also stored in the device's
 //! [`TuningCache`] (the kernel cache's `tuning` folder, keyed by GPU, compute capability,
@@ -87,34 +89,29 @@ const TUNE_RUNS: u32 = 5;
 /// 384, has 0.3 G).
 const TUNE_MIN_MACS: u64 = 1 << 28;
 
-/// How many of the heuristic's algorithms to time (`STREAMPOOL_CUBLASLT_TUNE`: `off`/`0`
-/// none, else a count up to 32; 16 by default). On the H100 the fastest of MiniLM's GELU_BIAS
-/// GEMMs was the heuristic's last (8th) at most token counts; asked for 16 or 32, cuBLASLt
-/// 13.0 still offered 8 for every MiniLM shape.
+/// How many of the heuristic's algorithms to time (the tunables' `cuda.cublaslt_tune`,
+/// `STREAMPOOL_CUBLASLT_TUNE`: `off`/`0` none, else a count up to 32; 16 by default). On the
+/// H100 the fastest of MiniLM's GELU_BIAS GEMMs was the heuristic's last (8th) at most token
+/// counts; asked for 16 or 32, cuBLASLt 13.0 still offered 8 for every MiniLM shape.
 pub(crate) fn tune_candidates() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| match std::env::var("STREAMPOOL_CUBLASLT_TUNE") {
-        Ok(v) if v == "off" => 0,
-        Ok(v) => v.trim().parse().unwrap_or(16).min(32),
-        Err(_) => 16,
-    })
+    crate::config::tuning().cuda.cublaslt_tune.min(32)
 }
 
 /// Whether a product with `k` inputs and `n` outputs per row takes its residual through `C`
-/// (`STREAMPOOL_CUBLASLT_RESIDUAL`: `off`/`0` never, `all` always; by default when `k >= 2n`).
+/// (the tunables' `cuda.cublaslt_residual`, `STREAMPOOL_CUBLASLT_RESIDUAL`: `off`/`0` never,
+/// `all` always; by default when `k >= 2n`).
 /// Reading the residual in the epilogue moves a read of the output's size from the LayerNorm
 /// after it into the GEMM: that pays where the GEMM is bound by its arithmetic (MiniLM's
 /// second FFN product, 1536 -> 384: the extra read hides under the math) and not where it is
 /// bound by memory (the attention output's 384 -> 384, which would read as much more as the
 /// LayerNorm saves).
 pub(crate) fn fuse_residual(k: usize, n: usize) -> bool {
-    static MODE: OnceLock<Option<bool>> = OnceLock::new();
-    let forced = *MODE.get_or_init(|| match std::env::var("STREAMPOOL_CUBLASLT_RESIDUAL") {
-        Ok(v) if v == "off" || v == "0" => Some(false),
-        Ok(v) if v == "all" => Some(true),
-        _ => None,
-    });
-    forced.unwrap_or(k >= 2 * n)
+    use crate::config::ResidualFusion;
+    match crate::config::tuning().cuda.cublaslt_residual {
+        ResidualFusion::Off => false,
+        ResidualFusion::All => true,
+        ResidualFusion::Auto => k >= 2 * n,
+    }
 }
 
 /// A tuned shape: the plan key with the column count (the token dimension: `Blas::matmul_bias`
@@ -774,7 +771,10 @@ impl BlasLt {
             let _ = cudarc::driver::result::event::destroy(start);
             let _ = cudarc::driver::result::event::destroy(end);
         }
-        let line = format!(
+        // Under a target of its own, so that a subscriber can show these (one line per tuned
+        // shape) without the rest of the runtime's info logs.
+        tracing::info!(
+            target: crate::config::CUBLASLT_TUNE_LOG_TARGET,
             "cuBLASLt tuning {}x{}x{} {:?} {:?}{}: ms per {} runs, heuristic's order: {:?}",
             key.m,
             key.n,
@@ -785,10 +785,6 @@ impl BlasLt {
             TUNE_RUNS,
             times.iter().map(|t| t.0).collect::<Vec<_>>()
         );
-        tracing::debug!("{line}");
-        if std::env::var_os("STREAMPOOL_CUBLASLT_TUNE_LOG").is_some() {
-            eprintln!("{line}");
-        }
         if times.len() < 2 {
             return None;
         }

@@ -27,7 +27,8 @@ struct RawEvent(CUevent);
 // use one handle from two owners at once (an idle event belongs to the pool alone).
 unsafe impl Send for RawEvent {}
 
-/// How the host waits for an event (`STREAMPOOL_CUDA_WAIT`, default `spin`). On the H100,
+/// How the host waits for an event (the tunables' `cuda.wait`, `STREAMPOOL_CUDA_WAIT`,
+/// default `spin`; [`crate::config::CudaWait`]). On the H100,
 /// `blocking` cost 20-40 us per read-back at low thread counts (12k calls/s from one thread
 /// against 19k with `spin`) and won only with more waiting threads than cores; `yield` was
 /// within noise of `spin`.
@@ -41,28 +42,25 @@ pub(crate) enum WaitPolicy {
     Blocking,
     /// Poll `cuEventQuery`, yielding the CPU between polls.
     Yield,
-    /// Poll for up to `spin` (`STREAMPOOL_CUDA_SPIN_US`, default 30 us: a small call's
+    /// Poll for up to `spin` (`cuda.spin_us`, default 30 us: a small call's
     /// read-back completes within that), then sleep as `Blocking` does: short waits keep
     /// spin latency, long ones (many more threads than cores) free the CPU.
     Hybrid { spin: std::time::Duration },
 }
 
 impl WaitPolicy {
-    /// From `STREAMPOOL_CUDA_WAIT` (`spin`, `blocking`, `yield`); default `spin`.
-    pub(crate) fn from_env() -> Self {
-        let spin_us = std::env::var("STREAMPOOL_CUDA_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(30);
-        // Spin by default: with one graph launch per call it gave the best rate at every
-        // thread count from 1 to 64 and the lowest latency (profile-graphs/, call 2).
-        match std::env::var("STREAMPOOL_CUDA_WAIT").as_deref() {
-            Ok("blocking") => WaitPolicy::Blocking,
-            Ok("yield") => WaitPolicy::Yield,
-            Ok("hybrid") => WaitPolicy::Hybrid {
-                spin: std::time::Duration::from_micros(spin_us),
+    /// From the tunables' `cuda.wait` and `cuda.spin_us`. Spin by default: with one graph
+    /// launch per call it gave the best rate at every thread count from 1 to 64 and the
+    /// lowest latency.
+    pub(crate) fn from_tuning(cuda: &crate::config::CudaTuning) -> Self {
+        use crate::config::CudaWait;
+        match cuda.wait {
+            CudaWait::Spin => WaitPolicy::Spin,
+            CudaWait::Blocking => WaitPolicy::Blocking,
+            CudaWait::Yield => WaitPolicy::Yield,
+            CudaWait::Hybrid => WaitPolicy::Hybrid {
+                spin: std::time::Duration::from_micros(cuda.spin_us),
             },
-            _ => WaitPolicy::Spin,
         }
     }
 }

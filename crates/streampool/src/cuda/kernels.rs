@@ -78,12 +78,11 @@ const MMA_WARPS: usize = 4;
 const LN_ROWS_PER_BLOCK: usize = 8;
 
 /// Whether f16/bf16 layer norms take `sp_layer_norm_vec8` (a half-warp per row, 16-byte
-/// accesses) rather than the warp-per-row kernel: yes unless `STREAMPOOL_CUDA_LN=warp`, kept
-/// to compare the two on a GPU (on the H100 the 13 layer norms of a 512 x 128 MiniLM forward
-/// took 0.739 ms against 0.915).
+/// accesses) rather than the warp-per-row kernel: yes unless the tunables' `cuda.layer_norm`
+/// says `warp` (`STREAMPOOL_CUDA_LN=warp`), kept to compare the two on a GPU (on the H100
+/// the 13 layer norms of a 512 x 128 MiniLM forward took 0.739 ms against 0.915).
 fn ln_vec8() -> bool {
-    static VEC8: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VEC8.get_or_init(|| std::env::var("STREAMPOOL_CUDA_LN").map_or(true, |v| v != "warp"))
+    crate::config::tuning().cuda.layer_norm == crate::config::CudaLayerNorm::Vec8
 }
 
 /// Whether every non-null address is 16-byte aligned, as the vectorized kernels' 16-byte

@@ -53,13 +53,13 @@ use crate::{Device, DeviceConfig, DeviceKind, Error, Result};
 pub(crate) struct Shared {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) name: String,
-    /// Whether small device-to-host copies are staged through pinned buffers (default on;
-    /// `STREAMPOOL_CUDA_STAGING=0` turns it off, to compare).
+    /// Whether small device-to-host copies are staged through pinned buffers (the tunables'
+    /// `cuda.staging`, default on; `STREAMPOOL_CUDA_STAGING=0` turns it off, to compare).
     pub(crate) staging: bool,
     /// Whether small host-to-device copies go through each stream's pinned upload ring
-    /// (default on; `STREAMPOOL_CUDA_H2D=pageable` turns it off, to compare).
+    /// (`cuda.h2d`, default on; `STREAMPOOL_CUDA_H2D=pageable` turns it off, to compare).
     pub(crate) stage_uploads: bool,
-    /// How the host waits for events (`STREAMPOOL_CUDA_WAIT`).
+    /// How the host waits for events (`cuda.wait`, `STREAMPOOL_CUDA_WAIT`).
     pub(crate) wait: event::WaitPolicy,
     /// `kernels.cu`'s groups, each built on its first launch and shared by every stream
     /// and thread.
@@ -173,12 +173,12 @@ impl CudaDevice {
             _ => None,
         };
         blas_lt::set_tuning_cache(&name, tuning);
+        let tuning = &crate::config::tuning().cuda;
         Ok(Self {
             shared: Arc::new(Shared {
-                staging: std::env::var("STREAMPOOL_CUDA_STAGING").map_or(true, |v| v != "0"),
-                stage_uploads: std::env::var("STREAMPOOL_CUDA_H2D")
-                    .map_or(true, |v| v != "pageable"),
-                wait: event::WaitPolicy::from_env(),
+                staging: tuning.staging,
+                stage_uploads: tuning.h2d == crate::config::CudaH2d::Staged,
+                wait: event::WaitPolicy::from_tuning(tuning),
                 ctx,
                 name,
                 kernels,

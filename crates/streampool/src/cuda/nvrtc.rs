@@ -77,9 +77,6 @@ pub(crate) fn embedded_nvrtc() -> Option<&'static str> {
     (!EMBEDDED.is_empty()).then_some(EMBEDDED_NVRTC)
 }
 
-/// Environment variable forcing PTX output (`ptx`), e.g. to compare with the cubin path.
-pub(crate) const OUTPUT_ENV: &str = "STREAMPOOL_CUDA_KERNELS";
-
 /// What NVRTC hands back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Output {
@@ -158,7 +155,8 @@ pub(crate) fn load_group(
     disk: Option<&DiskCache>,
     sources: ImageSources,
 ) -> Result<Arc<CudaModule>> {
-    let force_ptx = std::env::var(OUTPUT_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("ptx"));
+    // PTX on request (the tunables' `cuda.nvrtc_output`), e.g. to compare with the cubin path.
+    let force_ptx = crate::config::tuning().cuda.nvrtc_output == crate::config::NvrtcOutput::Ptx;
     if let (true, false, Some(e)) = (sources.embedded, force_ptx, embedded(id, cc)) {
         match timed("kernels loaded", || {
             module(ctx, Output::Cubin, e.image.to_vec())

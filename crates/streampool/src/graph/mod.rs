@@ -131,21 +131,19 @@ enum Action {
 }
 
 impl GraphCache {
-    /// A cache keeping at most `capacity` keys (at least 1). `STREAMPOOL_GRAPHS=0` in the
-    /// environment turns graphs off (every call eager), to compare.
+    /// A cache keeping at most `capacity` keys (at least 1). Graphs are on unless the
+    /// process's tunables turn them off (`graph.enabled`, `STREAMPOOL_GRAPHS=0`: every call
+    /// eager, to compare; [`crate::config`]).
     ///
-    /// The graphs' pools together hold at most [`DEFAULT_GRAPH_MEMORY`] bytes
-    /// (`STREAMPOOL_GRAPH_MEMORY_MB` in the environment overrides it; see
+    /// The graphs' pools together hold at most the tunables' `graph.max_bytes`
+    /// ([`DEFAULT_GRAPH_MEMORY`] unless `STREAMPOOL_GRAPH_MEMORY_MB` says otherwise; see
     /// [`GraphCache::with_max_bytes`]).
     pub fn new(capacity: usize) -> Self {
-        let max_bytes = std::env::var("STREAMPOOL_GRAPH_MEMORY_MB")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .map_or(DEFAULT_GRAPH_MEMORY, |mb| mb.saturating_mul(1 << 20));
+        let tuning = &crate::config::tuning().graph;
         Self {
             capacity: capacity.max(1),
-            max_bytes,
-            enabled: std::env::var("STREAMPOOL_GRAPHS").map_or(true, |v| v != "0"),
+            max_bytes: tuning.max_bytes,
+            enabled: tuning.enabled,
             state: Mutex::new(CacheState::default()),
         }
     }

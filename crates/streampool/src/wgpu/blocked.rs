@@ -47,18 +47,6 @@ pub(crate) fn valid(bm: u32, bn: u32, bk: u32) -> bool {
     [64, 128].contains(&bm) && [64, 128].contains(&bn) && [4, 8, 16, 32].contains(&bk)
 }
 
-/// Parses `BMxBNxBK` (e.g. `128x64x16`).
-pub(crate) fn parse(s: &str) -> Option<(u32, u32, u32)> {
-    let v: Vec<u32> = s
-        .split('x')
-        .map(|p| p.trim().parse().ok())
-        .collect::<Option<_>>()?;
-    match v[..] {
-        [bm, bn, bk] if valid(bm, bn, bk) => Some((bm, bn, bk)),
-        _ => None,
-    }
-}
-
 impl Spec {
     pub(crate) fn label(&self) -> String {
         format!(

@@ -16,8 +16,8 @@
 //! with three or more command buffers encoded at once and serialized those calls. Here
 //! [`WgpuConfig::quarantine`] puts one lock per device around encoding, finishing and
 //! submitting command buffers: on for Metal by default (the suspect driver), off elsewhere;
-//! `STREAMPOOL_WGPU_QUARANTINE=1|0` overrides the default. Both settings are tested
-//! (`tests/it/wgpu.rs`).
+//! `STREAMPOOL_WGPU_QUARANTINE=1|0` (the tunables' `wgpu.quarantine`) overrides the
+//! default. Both settings are tested (`tests/it/wgpu.rs`).
 
 mod blocked;
 mod choice;
@@ -205,10 +205,13 @@ impl WgpuDevice {
                 format!("adapters: {}", lines.join("; "))
             }
         };
+        // Fields the config leaves open take the process's tunables (the environment's,
+        // unless the program set its own).
+        let tuning = &crate::config::tuning().wgpu;
         let wanted = config
             .adapter
             .clone()
-            .or_else(|| std::env::var("STREAMPOOL_WGPU_ADAPTER").ok())
+            .or_else(|| tuning.adapter.clone())
             .filter(|s| !s.is_empty());
         let index = match &wanted {
             Some(w) => match w.parse::<usize>() {
@@ -249,17 +252,7 @@ impl WgpuDevice {
         // Cooperative matrices: by the setting, and only with everything `coop.rs` relies
         // on (see `CoopMatrix`).
         let coop_setting = match config.cooperative_matrix {
-            CoopMatrix::Auto => match std::env::var("STREAMPOOL_WGPU_COOP_MATRIX").as_deref() {
-                Ok("0") => CoopMatrix::Off,
-                Ok("1") => CoopMatrix::On,
-                Ok("emulate") => CoopMatrix::Emulated,
-                Ok(v) if !v.is_empty() => {
-                    return Err(Error::InvalidArgument(format!(
-                        "STREAMPOOL_WGPU_COOP_MATRIX={v:?}: expected 0, 1 or emulate"
-                    )))
-                }
-                _ => CoopMatrix::Auto,
-            },
+            CoopMatrix::Auto => tuning.cooperative_matrix,
             other => other,
         };
         let coop_features =
@@ -298,11 +291,11 @@ impl WgpuDevice {
             required_features |= coop_features;
         }
         // Launch parameters in buffers the host maps directly, where the adapter allows it
-        // (native `MAPPABLE_PRIMARY_BUFFERS`); `STREAMPOOL_WGPU_MAPPED_PARAMS=0` turns it off.
+        // (native `MAPPABLE_PRIMARY_BUFFERS`); `wgpu.mapped_params` off turns it off.
         let mapped_params = adapter
             .features()
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
-            && std::env::var("STREAMPOOL_WGPU_MAPPED_PARAMS").as_deref() != Ok("0");
+            && tuning.mapped_params;
         if mapped_params {
             required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
@@ -317,68 +310,32 @@ impl WgpuDevice {
         }
         let gpu = opened::open(adapter, required_features, coop == Some(false))?;
         let name = format!("wgpu:{index} ({}, {:?})", info.name, info.backend);
-        let wait_limit = match config.wait_limit {
-            Some(d) => d,
-            None => match std::env::var("STREAMPOOL_WGPU_WAIT_LIMIT_S") {
-                Ok(v) if !v.is_empty() => v
-                    .parse::<f64>()
-                    .ok()
-                    .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
-                    .ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "STREAMPOOL_WGPU_WAIT_LIMIT_S={v:?}: expected seconds"
-                        ))
-                    })?,
-                _ => DEFAULT_WAIT_LIMIT,
-            },
-        };
+        let wait_limit = config.wait_limit.unwrap_or(tuning.wait_limit);
         let quarantine = match config.quarantine {
+            Quarantine::Auto => tuning.quarantine,
+            other => other,
+        };
+        let quarantine = match quarantine {
             Quarantine::On => true,
             Quarantine::Off => false,
-            Quarantine::Auto => match std::env::var("STREAMPOOL_WGPU_QUARANTINE").as_deref() {
-                Ok("1") => true,
-                Ok("0") => false,
-                _ => info.backend == wgpu::Backend::Metal,
-            },
+            Quarantine::Auto => info.backend == wgpu::Backend::Metal,
         };
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let forced = match config.matmul_tile {
-            Some(t) => Some(t),
-            None => match var("STREAMPOOL_WGPU_MATMUL_TILE") {
-                Some(v) if v != "auto" => Some(v.parse().map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "STREAMPOOL_WGPU_MATMUL_TILE={v:?}: expected 16, 64, 128 or auto"
-                    ))
-                })?),
-                _ => None,
-            },
-        };
+        let forced = config.matmul_tile.or(tuning.matmul_tile);
         if let Some(t) = forced.filter(|t| ![16, 64, 128].contains(t)) {
             return Err(Error::InvalidArgument(format!(
                 "wgpu matmul tile {t}: expected 16, 64 or 128"
             )));
         }
-        let block = match (config.matmul_block, var("STREAMPOOL_WGPU_MATMUL_BLOCK")) {
-            (Some([bm, bn, bk]), _) if blocked::valid(bm, bn, bk) => Some((bm, bn, bk)),
-            (Some(b), _) => {
+        let block = match config.matmul_block.or(tuning.matmul_block) {
+            Some([bm, bn, bk]) if blocked::valid(bm, bn, bk) => Some((bm, bn, bk)),
+            Some(b) => {
                 return Err(Error::InvalidArgument(format!(
                     "wgpu matmul block {b:?}: BM and BN 64 or 128, BK 4, 8, 16 or 32"
                 )))
             }
-            (None, Some(v)) => Some(blocked::parse(&v).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "STREAMPOOL_WGPU_MATMUL_BLOCK={v:?}: expected BMxBNxBK, BM and BN 64 or \
-                     128, BK 4, 8, 16 or 32"
-                ))
-            })?),
-            (None, None) => None,
+            None => None,
         };
-        let groups = match var("STREAMPOOL_WGPU_MATMUL_GROUPS") {
-            Some(v) => v.parse().map_err(|_| {
-                Error::InvalidArgument(format!("STREAMPOOL_WGPU_MATMUL_GROUPS={v:?}"))
-            })?,
-            None => choice::DEFAULT_GROUPS,
-        };
+        let groups = tuning.matmul_groups;
         let matmul = choice::MatmulChoice {
             forced,
             block,
@@ -417,13 +374,13 @@ impl WgpuDevice {
                     wait_limit,
                     shader_f16,
                     matmul,
-                    attention_tiled: var("STREAMPOOL_WGPU_ATTENTION").as_deref() != Some("token"),
-                    loop_bounding: var("STREAMPOOL_WGPU_LOOP_BOUNDS").as_deref() == Some("1"),
+                    attention_tiled: tuning.attention == crate::config::WgpuAttention::Tiled,
+                    loop_bounding: tuning.loop_bounds,
                     coop_matrix,
                     coop_use,
-                    keep_readback: var("STREAMPOOL_WGPU_KEEP_READBACK").as_deref() != Some("0"),
+                    keep_readback: tuning.keep_readback,
                     mapped_params,
-                    submit_ramp: var("STREAMPOOL_WGPU_SUBMIT_RAMP").as_deref() != Some("0"),
+                    submit_ramp: tuning.submit_ramp,
                     timestamp_period: timestamps.then(|| gpu.queue.get_timestamp_period()),
                     gpu,
                 }),
@@ -574,5 +531,17 @@ impl Device {
             Arc::new(backend),
             config.device,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The tunables' default workgroup count is the one the matmul choice was tuned with.
+    #[test]
+    fn the_tunables_default_groups_are_the_choices() {
+        assert_eq!(
+            crate::config::Tuning::default().wgpu.matmul_groups,
+            super::choice::DEFAULT_GROUPS
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! Opt-in profile of the wgpu backend (`STREAMPOOL_WGPU_PROFILE`): where a forward's time
-//! goes on the GPU, per kernel and shape, and where a call's time goes on the host.
+//! Opt-in profile of the wgpu backend (the tunables' `wgpu.profile`,
+//! `STREAMPOOL_WGPU_PROFILE`; [`crate::config`]): where a forward's time goes on the GPU,
+//! per kernel and shape, and where a call's time goes on the host.
 //!
 //! - `STREAMPOOL_WGPU_PROFILE=1`: the device is opened with `TIMESTAMP_QUERY` where the
 //!   adapter has it, and every launch's compute pass (one per launch, `Launch::record`)
@@ -15,13 +16,12 @@
 //!   recording, submitting, waiting, mapping and copying), with no timestamps and no change
 //!   to the device.
 //!
-//! Off (unset), it costs the stream one relaxed atomic load per launch and read-back. The
+//! Off (unset), it costs the stream one read of the tunables per launch and read-back. The
 //! totals are process-wide; the span and idle figures assume one stream at a time works
 //! (several streams' passes interleave on the one queue, and each stream's span counts time
 //! the others' work filled).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -29,44 +29,12 @@ use parking_lot::Mutex;
 use crate::kernel::Kernel;
 use crate::profile::{label, work, KernelTime};
 
-/// Environment variable that turns the profile on: `1` (GPU timestamps and host phases) or
-/// `host` (host phases only).
-pub const WGPU_PROFILE_ENV: &str = "STREAMPOOL_WGPU_PROFILE";
-
 /// What the profile records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Off,
-    /// Host phases only.
-    Host,
-    /// Host phases and GPU timestamps of every launch.
-    Gpu,
-}
+pub(crate) use crate::config::WgpuProfiling as Mode;
 
-/// 0: not read yet, 1: off, 2: host, 3: gpu.
-static MODE: AtomicU8 = AtomicU8::new(0);
-
-/// The mode, read from the environment once.
+/// The mode: the process's tunables' `wgpu.profile` ([`crate::config`]).
 pub(crate) fn mode() -> Mode {
-    match MODE.load(Ordering::Relaxed) {
-        1 => Mode::Off,
-        2 => Mode::Host,
-        3 => Mode::Gpu,
-        _ => {
-            let m = match std::env::var(WGPU_PROFILE_ENV).as_deref() {
-                Ok("1") => Mode::Gpu,
-                Ok("host") => Mode::Host,
-                _ => Mode::Off,
-            };
-            let code = match m {
-                Mode::Off => 1,
-                Mode::Host => 2,
-                Mode::Gpu => 3,
-            };
-            MODE.store(code, Ordering::Relaxed);
-            m
-        }
-    }
+    crate::config::tuning().wgpu.profile
 }
 
 /// Everything recorded since the last [`wgpu_profile`]. `parking_lot` directly (not the

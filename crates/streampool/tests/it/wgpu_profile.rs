@@ -1,10 +1,12 @@
-//! The wgpu profile (`STREAMPOOL_WGPU_PROFILE=1`): every launch is counted once under its
-//! kernel's label, the kernels' times add up to the busy time inside the span, and an adapter
-//! without timestamps says so instead of giving an empty table. The test runs in a process of
-//! its own (`util::in_own_process`): the profile's mode is read from the environment once per
-//! process, and its totals are process-wide, so one test holds the whole sequence.
+//! The wgpu profile (`STREAMPOOL_WGPU_PROFILE=1`, the tunables' `wgpu.profile`): every
+//! launch is counted once under its kernel's label, the kernels' times add up to the busy
+//! time inside the span, and an adapter without timestamps says so instead of giving an
+//! empty table. The test runs in a process of its own (`util::in_own_process`): the
+//! process's tunables are fixed once, and the profile's totals are process-wide, so one test
+//! holds the whole sequence.
 
-use streampool::{wgpu_profile, Device, Tensor, WGPU_PROFILE_ENV};
+use streampool::config::{self, Tuning, WgpuProfiling};
+use streampool::{wgpu_profile, Device, Tensor};
 
 use crate::util::in_own_process;
 
@@ -13,8 +15,10 @@ fn every_launch_is_counted_once_under_its_kernel_and_the_times_add_up() {
     in_own_process(
         "wgpu_profile::every_launch_is_counted_once_under_its_kernel_and_the_times_add_up",
         || {
-            // Before any device opens: the device is opened with timestamps when the mode is read.
-            std::env::set_var(WGPU_PROFILE_ENV, "1");
+            // Before any device opens: the device is opened with timestamps when profiling.
+            let mut tuning = Tuning::from_env();
+            tuning.wgpu.profile = WgpuProfiling::Gpu;
+            config::set(tuning).expect("the first use of the tunables in this process");
             let dev = match Device::wgpu() {
                 Ok(d) => d,
                 Err(e) => {

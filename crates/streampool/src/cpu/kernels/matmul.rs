@@ -160,26 +160,17 @@ fn grid(m: usize, n: usize, tasks: usize, min_rows: usize) -> (usize, usize) {
 }
 
 /// Tiles per pool thread and the fewest rows per tile: 4 and 32 (the best of six settings
-/// swept on a 16-core Xeon with MiniLM's forward) unless
-/// `STREAMPOOL_CPU_GEMM_TILES=PER_THREAD,MIN_ROWS` says otherwise (a tuning knob for new
+/// swept on a 16-core Xeon with MiniLM's forward) unless the tunables' `cpu.gemm_tiles`
+/// (`STREAMPOOL_CPU_GEMM_TILES=PER_THREAD,MIN_ROWS`) says otherwise (a tuning knob for new
 /// hosts; `scripts/device/run.sh cpu` with it set compares a setting against PyTorch).
 fn tiling() -> (usize, usize) {
-    static TILING: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
-    *TILING.get_or_init(|| {
-        std::env::var("STREAMPOOL_CPU_GEMM_TILES")
-            .ok()
-            .and_then(|v| {
-                let (a, b) = v.split_once(',')?;
-                Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
-            })
-            .filter(|&(a, b): &(usize, usize)| a > 0 && b > 0)
-            .unwrap_or((4, 32))
-    })
+    let (per_thread, min_rows) = crate::config::tuning().cpu.gemm_tiles;
+    (per_thread.max(1), min_rows.max(1))
 }
 
-/// `STREAMPOOL_CPU_GEMM=gemm`: large products split by the `gemm` crate's own rayon code
-/// instead of our grid of single-threaded tiles (kept to compare the two on new hosts).
+/// `STREAMPOOL_CPU_GEMM=gemm` (the tunables' `cpu.gemm_split`): large products split by the
+/// `gemm` crate's own rayon code instead of our grid of single-threaded tiles (kept to
+/// compare the two on new hosts).
 fn gemm_threads() -> bool {
-    static GEMM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *GEMM.get_or_init(|| std::env::var("STREAMPOOL_CPU_GEMM").is_ok_and(|v| v == "gemm"))
+    crate::config::tuning().cpu.gemm_split == crate::config::GemmSplit::Gemm
 }

@@ -231,37 +231,26 @@ pub(crate) unsafe fn run(kernel: &Kernel) {
     }
 }
 
-/// The path a kind of kernel takes in this process: `best` (the best the host has), unless
-/// the environment variable `env` names one of `choices` that the host has (`""` and `auto`
-/// mean `best`). A name not among `choices`, or a path the host lacks, is warned about and
-/// `best` taken. The `f32` products ([`sgemm::cpu_sgemm_isa`]) and the `bf16` ones
-/// ([`bf16::cpu_bf16_path`]) choose through it.
+/// The path a kind of kernel takes in this process: `forced` if the host has it (a tunable
+/// of [`crate::config::CpuTuning`], named `setting` in the warning), else `best` (the best
+/// the host has). A forced path the host lacks is warned about. The `f32` products
+/// ([`sgemm::cpu_sgemm_isa`]), the `bf16` ones ([`bf16::cpu_bf16_path`]) and attention
+/// choose through it.
 pub(crate) fn chosen_path<P: Copy>(
-    env: &str,
-    choices: &[(&str, P)],
+    setting: &str,
+    forced: Option<P>,
     best: P,
     available: impl Fn(P) -> bool,
     name: impl Fn(P) -> &'static str,
 ) -> P {
-    let asked = std::env::var(env).ok();
-    let asked = match asked.as_deref().map(str::trim) {
-        Some("") | Some("auto") | None => return best,
-        Some(asked) => asked,
-    };
-    let Some(&(_, forced)) = choices.iter().find(|(n, _)| *n == asked) else {
-        let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-        tracing::warn!(
-            "{env}={asked:?}: expected {} or auto; using {}",
-            names.join(", "),
-            name(best)
-        );
+    let Some(forced) = forced else {
         return best;
     };
     if available(forced) {
         return forced;
     }
     tracing::warn!(
-        "{env}={}: not available on this host; using {}",
+        "{setting}={}: not available on this host; using {}",
         name(forced),
         name(best)
     );
@@ -275,33 +264,20 @@ pub(crate) use simd::gelu;
 mod chosen_path_tests {
     use super::chosen_path;
 
-    /// One variable per case (tests run in parallel): unset, `auto`, a name the host has, a
-    /// name it lacks, and an unknown name.
+    /// Unforced, a path the host has, and one it lacks.
     #[test]
-    fn the_variable_picks_an_available_path_else_the_best() {
-        let choices = [("fast", 1), ("slow", 2), ("missing", 3)];
-        let pick = |var: &str, value: Option<&str>| {
-            if let Some(v) = value {
-                std::env::set_var(var, v);
-            }
+    fn a_forced_path_the_host_has_wins_else_the_best() {
+        let pick = |forced: Option<usize>| {
             chosen_path(
-                var,
-                &choices,
+                "STREAMPOOL_TEST_PATH",
+                forced,
                 1,
                 |p| p != 3,
                 |p| ["", "fast", "slow", "missing"][p],
             )
         };
-        assert_eq!(pick("STREAMPOOL_TEST_CHOSEN_PATH_UNSET", None), 1);
-        assert_eq!(pick("STREAMPOOL_TEST_CHOSEN_PATH_AUTO", Some(" auto ")), 1);
-        assert_eq!(pick("STREAMPOOL_TEST_CHOSEN_PATH_SLOW", Some("slow")), 2);
-        assert_eq!(
-            pick("STREAMPOOL_TEST_CHOSEN_PATH_MISSING", Some("missing")),
-            1
-        );
-        assert_eq!(
-            pick("STREAMPOOL_TEST_CHOSEN_PATH_UNKNOWN", Some("bogus")),
-            1
-        );
+        assert_eq!(pick(None), 1);
+        assert_eq!(pick(Some(2)), 2);
+        assert_eq!(pick(Some(3)), 1);
     }
 }

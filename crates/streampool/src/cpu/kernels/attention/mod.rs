@@ -24,11 +24,9 @@ use crate::cpu::intra_op;
 use super::simd::{self, multiversion};
 use super::src;
 
-/// The environment variable that forces an attention path (`avx512` or `gemm`).
-pub const CPU_ATTENTION_ENV: &str = "STREAMPOOL_CPU_ATTENTION";
-
-/// Whether pairs may take the [`avx512`] path in this process: the host has it and
-/// `STREAMPOOL_CPU_ATTENTION` does not say `gemm` (shapes decide per call).
+/// Whether pairs may take the [`avx512`] path in this process: the host has it and the
+/// tunables' `cpu.attention` (`STREAMPOOL_CPU_ATTENTION`) does not say `gemm` (shapes
+/// decide per call).
 fn avx512_allowed() -> bool {
     static ALLOWED: OnceLock<bool> = OnceLock::new();
     *ALLOWED.get_or_init(|| {
@@ -36,9 +34,13 @@ fn avx512_allowed() -> bool {
         let best = avx512::host_has();
         #[cfg(not(target_arch = "x86_64"))]
         let best = false;
+        let forced = crate::config::tuning()
+            .cpu
+            .attention
+            .map(|p| p == crate::config::CpuAttentionPath::Avx512);
         super::chosen_path(
-            CPU_ATTENTION_ENV,
-            &[("avx512", true), ("gemm", false)],
+            crate::config::CPU_ATTENTION_ENV,
+            forced,
             best,
             |p| !p || best,
             |p| if p { "avx512" } else { "gemm" },

@@ -20,10 +20,10 @@
 //! and the one rounding to `bf16`, per tile.
 //!
 //! The path is chosen once per process: the best the host has, or `STREAMPOOL_CPU_BF16=amx`,
-//! `avx512` or `portable` (a path the host lacks falls back to the best it has). Products
-//! whose layout does not fit (an odd `k`, activations not unit-strided along `k`) take the
-//! portable path; AMX takes products with `n` and `k` multiples of 32, the vector kernel
-//! the rest.
+//! `avx512` or `portable` (the tunables' `cpu.bf16`, [`crate::config`]; a path the host
+//! lacks falls back to the best it has). Products whose layout does not fit (an odd `k`,
+//! activations not unit-strided along `k`) take the portable path; AMX takes products with
+//! `n` and `k` multiples of 32, the vector kernel the rest.
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod amx;
@@ -40,9 +40,6 @@ use crate::cpu::intra_op;
 use crate::kernel::{Activation, MatOperand, PackSlot};
 use crate::sync::Mutex;
 
-/// The environment variable that forces a `bf16` matmul path.
-pub const CPU_BF16_ENV: &str = "STREAMPOOL_CPU_BF16";
-
 /// How the CPU multiplies `bf16` matrices (see the module table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bf16Path {
@@ -55,7 +52,8 @@ pub enum Bf16Path {
 }
 
 impl Bf16Path {
-    /// The name `STREAMPOOL_CPU_BF16` takes and the bench prints.
+    /// The name `STREAMPOOL_CPU_BF16` takes ([`crate::config::CpuTuning::bf16`]) and the
+    /// bench prints.
     pub fn name(self) -> &'static str {
         match self {
             Bf16Path::Amx => "amx",
@@ -81,8 +79,9 @@ impl Bf16Path {
     }
 }
 
-/// The path `bf16` products take in this process: `STREAMPOOL_CPU_BF16` if it names one the
-/// host has, else the best the host has.
+/// The path `bf16` products take in this process: the tunables' `cpu.bf16`
+/// (`STREAMPOOL_CPU_BF16`, [`crate::config`]) if it names one the host has, else the best
+/// the host has.
 pub fn cpu_bf16_path() -> Bf16Path {
     static PATH: OnceLock<Bf16Path> = OnceLock::new();
     *PATH.get_or_init(|| {
@@ -91,12 +90,8 @@ pub fn cpu_bf16_path() -> Bf16Path {
             .find(|p| p.available())
             .unwrap_or(Bf16Path::Portable);
         super::chosen_path(
-            CPU_BF16_ENV,
-            &[
-                ("amx", Bf16Path::Amx),
-                ("avx512", Bf16Path::Avx512Bf16),
-                ("portable", Bf16Path::Portable),
-            ],
+            crate::config::CPU_BF16_ENV,
+            crate::config::tuning().cpu.bf16,
             best,
             Bf16Path::available,
             Bf16Path::name,

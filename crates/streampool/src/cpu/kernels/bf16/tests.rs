@@ -296,7 +296,7 @@ fn layouts_the_kernels_cannot_read_are_left_to_the_portable_product() {
 fn the_process_path_is_one_the_host_has() {
     let p = cpu_bf16_path();
     assert!(p.available(), "{p:?}");
-    if std::env::var(CPU_BF16_ENV).is_err() {
+    if crate::config::tuning().cpu.bf16.is_none() {
         // Unforced, it is the best the host has.
         let best = paths().first().copied().unwrap_or(Bf16Path::Portable);
         assert_eq!(p, best);

@@ -47,11 +47,9 @@ mod tests;
 use std::sync::OnceLock;
 
 use crate::backend::DevicePtr;
+use crate::config::{SgemmPath, SgemmSchedule};
 use crate::cpu::intra_op;
 use crate::kernel::{Activation, MatOperand, PackSlot};
-
-/// The environment variable that forces an `f32` matmul path.
-pub const CPU_SGEMM_ENV: &str = "STREAMPOOL_CPU_SGEMM";
 
 /// Which of our `f32` microkernels multiplies prepacked weights (see the module table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +61,7 @@ pub enum SgemmIsa {
 }
 
 impl SgemmIsa {
-    /// The name `STREAMPOOL_CPU_SGEMM` takes.
+    /// The name `STREAMPOOL_CPU_SGEMM` takes ([`crate::config::CpuTuning::sgemm`]).
     pub fn name(self) -> &'static str {
         match self {
             SgemmIsa::Avx512 => "avx512",
@@ -98,22 +96,24 @@ impl SgemmIsa {
     }
 }
 
-/// The path prepacked `f32` products take in this process: `STREAMPOOL_CPU_SGEMM` if it
-/// names one the host has, else the best the host has; `None` (the `gemm` crate) when the
-/// host has neither or the variable says `gemm`.
+/// The path prepacked `f32` products take in this process: the tunables' `cpu.sgemm`
+/// (`STREAMPOOL_CPU_SGEMM`, [`crate::config`]) if it names one the host has, else the best
+/// the host has; `None` (the `gemm` crate) when the host has neither or the setting says
+/// `gemm`.
 pub fn cpu_sgemm_isa() -> Option<SgemmIsa> {
     static ISA: OnceLock<Option<SgemmIsa>> = OnceLock::new();
     *ISA.get_or_init(|| {
         let best = [SgemmIsa::Avx512, SgemmIsa::Avx2]
             .into_iter()
             .find(|p| p.available());
+        let forced = crate::config::tuning().cpu.sgemm.map(|p| match p {
+            SgemmPath::Avx512 => Some(SgemmIsa::Avx512),
+            SgemmPath::Avx2 => Some(SgemmIsa::Avx2),
+            SgemmPath::Gemm => None,
+        });
         super::chosen_path(
-            CPU_SGEMM_ENV,
-            &[
-                ("avx512", Some(SgemmIsa::Avx512)),
-                ("avx2", Some(SgemmIsa::Avx2)),
-                ("gemm", None),
-            ],
+            crate::config::CPU_SGEMM_ENV,
+            forced,
             best,
             |p| p.is_none_or(SgemmIsa::available),
             |p| p.map_or("gemm", SgemmIsa::name),
@@ -269,31 +269,18 @@ pub(crate) unsafe fn matmul_on(
     true
 }
 
-/// Rows per row block: about 256 KiB of activations (`STREAMPOOL_CPU_SGEMM_BLOCK_KIB` for
-/// tuning on new hosts), so a block stays in L2 while a task walks the weight's panels; at
-/// least one register tile, a whole number of them.
+/// Rows per row block: about 256 KiB of activations (the tunables' `cpu.sgemm_block_kib`,
+/// `STREAMPOOL_CPU_SGEMM_BLOCK_KIB`, for tuning on new hosts), so a block stays in L2 while
+/// a task walks the weight's panels; at least one register tile, a whole number of them.
 fn block_rows(k: usize, mr: usize) -> usize {
-    static KIB: OnceLock<usize> = OnceLock::new();
-    let kib = *KIB.get_or_init(|| {
-        std::env::var("STREAMPOOL_CPU_SGEMM_BLOCK_KIB")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&v: &usize| v > 0)
-            .unwrap_or(256)
-    });
+    let kib = crate::config::tuning().cpu.sgemm_block_kib;
     ((kib << 10) / (4 * k.max(1)) / mr * mr).max(mr)
 }
 
-/// Steps along `k` of each pass of the row tiles over a panel: `STREAMPOOL_CPU_SGEMM_KC`
-/// (0 or unset: all of `k` in one step).
+/// Steps along `k` of each pass of the row tiles over a panel: the tunables'
+/// `cpu.sgemm_kc` (`STREAMPOOL_CPU_SGEMM_KC`; 0: all of `k` in one step).
 fn k_step(k: usize) -> usize {
-    static KC: OnceLock<usize> = OnceLock::new();
-    let kc = *KC.get_or_init(|| {
-        std::env::var("STREAMPOOL_CPU_SGEMM_KC")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    });
+    let kc = crate::config::tuning().cpu.sgemm_kc;
     if kc == 0 {
         k
     } else {
@@ -395,26 +382,17 @@ unsafe fn run(
 }
 
 /// Units of the grid per pool thread that the row blocks are cut for (at least; fewer rows
-/// per block than [`block_rows`] when needed): `STREAMPOOL_CPU_SGEMM_UNITS`, default 4.
+/// per block than [`block_rows`] when needed): the tunables' `cpu.sgemm_units`
+/// (`STREAMPOOL_CPU_SGEMM_UNITS`), default 4.
 fn units_per_thread() -> usize {
-    static UNITS: OnceLock<usize> = OnceLock::new();
-    *UNITS.get_or_init(|| {
-        std::env::var("STREAMPOOL_CPU_SGEMM_UNITS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&v: &usize| v > 0)
-            .unwrap_or(4)
-    })
+    crate::config::tuning().cpu.sgemm_units.max(1)
 }
 
 /// Whether the units are claimed from a shared counter ([`intra_op::for_ranges_guided`], the
 /// default) or split into fixed pieces (`STREAMPOOL_CPU_SGEMM_SCHED=pieces`, the split before,
 /// kept to compare).
 fn guided() -> bool {
-    static GUIDED: OnceLock<bool> = OnceLock::new();
-    *GUIDED.get_or_init(|| {
-        std::env::var("STREAMPOOL_CPU_SGEMM_SCHED").map_or(true, |v| v.trim() != "pieces")
-    })
+    crate::config::tuning().cpu.sgemm_schedule == SgemmSchedule::Guided
 }
 
 /// One register tile's operands: `c[r][j] = act(s[r][j] + sum_p a[r][p] * w[p][j])` for

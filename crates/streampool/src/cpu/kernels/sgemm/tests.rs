@@ -275,7 +275,8 @@ fn the_process_path_is_one_the_host_has() {
     match cpu_sgemm_isa() {
         Some(p) => assert!(p.available(), "{p:?}"),
         None => assert!(
-            paths().is_empty() || std::env::var(CPU_SGEMM_ENV).is_ok_and(|v| v == "gemm"),
+            paths().is_empty()
+                || crate::config::tuning().cpu.sgemm == Some(crate::config::SgemmPath::Gemm),
             "the host has {:?} but the process uses the gemm crate",
             paths()
         ),
