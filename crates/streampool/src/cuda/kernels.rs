@@ -13,7 +13,11 @@ use cudarc::driver::{result, CudaFunction, DeviceRepr};
 use super::blas::Blas;
 use super::driver_err;
 use super::module::Module;
-use crate::kernel::{Activation, BinaryOp, GateActivation, Kernel, ReduceOp, Strided, UnaryOp};
+use crate::kernel::{
+    Activation, Attention, BiasAct, Binary, BinaryOp, Cast, Fill, GateActivation, GatedAct,
+    IndexSelect, Kernel, LayerNorm, Matmul, MeanPoolNorm, MeanPoolNormPacked, Reduce, ReduceOp,
+    RmsNorm, Rope, Softmax, Strided, StridedCopy, Unary, UnaryOp,
+};
 use crate::phases::timed;
 use crate::sync::Mutex;
 use crate::{DType, Error, Result};
@@ -155,12 +159,12 @@ impl Launcher<'_> {
         // SAFETY (every `go` below): each argument list matches its kernel's parameter list in
         // `kernels.cu` (same order, same widths), and the pointers are valid per the caller.
         match kernel {
-            Kernel::Fill {
+            Kernel::Fill(Fill {
                 out,
                 len,
                 value,
                 dtype,
-            } => {
+            }) => {
                 if len == 0 {
                     return Ok(());
                 }
@@ -172,13 +176,13 @@ impl Launcher<'_> {
                     &mut args![o, n, value],
                 )
             }
-            Kernel::Cast {
+            Kernel::Cast(Cast {
                 x,
                 out,
                 len,
                 from,
                 to,
-            } => {
+            }) => {
                 if len == 0 {
                     return Ok(());
                 }
@@ -192,12 +196,12 @@ impl Launcher<'_> {
                 )
             }
             Kernel::Sleep { nanos } => self.go(&m.basic()?.sleep, 1, 1, &mut args![nanos]),
-            Kernel::Copy {
+            Kernel::Copy(StridedCopy {
                 src,
                 shape,
                 out,
                 elem_size,
-            } => {
+            }) => {
                 let n: usize = shape.iter().product();
                 if n == 0 {
                     return Ok(());
@@ -216,7 +220,7 @@ impl Launcher<'_> {
                 let (s, o, n64) = (src.ptr.0, out.0, n as u64);
                 self.go(f, grid(n), THREADS, &mut args![s, o, n64, d])
             }
-            Kernel::Matmul {
+            Kernel::Matmul(Matmul {
                 a,
                 b,
                 bias,
@@ -230,18 +234,18 @@ impl Launcher<'_> {
                 dtype,
                 math,
                 b_pack: _,
-            } => {
+            }) => {
                 if batch == 0 || rows == 0 || n == 0 {
                     return Ok(());
                 }
                 if k == 0 {
                     // An empty sum: zeros (cuBLAS may skip writing `out` when k == 0).
-                    return self.launch(Kernel::Fill {
+                    return self.launch(Kernel::Fill(Fill {
                         out,
                         len: batch * rows * n,
                         value: 0.0,
                         dtype,
-                    });
+                    }));
                 }
                 // Held only while the gemm is queued (never across a wait), so two threads
                 // sharing this stream never drive its handle at once.
@@ -263,7 +267,7 @@ impl Launcher<'_> {
                 // No epilogue for this shape: the bias and activation in place (each element
                 // is read and then written by the same thread), then the residual if any.
                 match bias {
-                    Some(bias) => self.launch(Kernel::BiasAct {
+                    Some(bias) => self.launch(Kernel::BiasAct(BiasAct {
                         x: out,
                         bias,
                         out,
@@ -271,7 +275,7 @@ impl Launcher<'_> {
                         cols: n,
                         act,
                         dtype,
-                    })?,
+                    }))?,
                     None if act == Activation::Identity => {}
                     None => {
                         return Err(Error::InvalidArgument(
@@ -286,22 +290,22 @@ impl Launcher<'_> {
                     ptr,
                     strides: smallvec::smallvec![1],
                 };
-                self.launch(Kernel::Binary {
+                self.launch(Kernel::Binary(Binary {
                     op: BinaryOp::Add,
                     a: flat(out),
                     b: flat(r),
                     shape: smallvec::smallvec![batch * rows * n],
                     out,
                     dtype,
-                })
+                }))
             }
-            Kernel::Unary {
+            Kernel::Unary(Unary {
                 op,
                 x,
                 out,
                 len,
                 dtype,
-            } => {
+            }) => {
                 if len == 0 {
                     return Ok(());
                 }
@@ -324,14 +328,14 @@ impl Launcher<'_> {
                     &mut args![code, px, po, n, mul, add],
                 )
             }
-            Kernel::Binary {
+            Kernel::Binary(Binary {
                 op,
                 a,
                 b,
                 shape,
                 out,
                 dtype,
-            } => {
+            }) => {
                 let n: usize = shape.iter().product();
                 if n == 0 {
                     return Ok(());
@@ -355,13 +359,13 @@ impl Launcher<'_> {
                     &mut args![code, pa, pb, po, n64, contiguous, d],
                 )
             }
-            Kernel::Softmax {
+            Kernel::Softmax(Softmax {
                 x,
                 out,
                 rows,
                 cols,
                 dtype,
-            } => {
+            }) => {
                 if rows == 0 || cols == 0 {
                     return Ok(());
                 }
@@ -373,7 +377,7 @@ impl Launcher<'_> {
                     &mut args![px, po, r, c],
                 )
             }
-            Kernel::LayerNorm {
+            Kernel::LayerNorm(LayerNorm {
                 x,
                 residual,
                 gamma,
@@ -383,7 +387,7 @@ impl Launcher<'_> {
                 cols,
                 eps,
                 dtype,
-            } => {
+            }) => {
                 if rows == 0 || cols == 0 {
                     return Ok(());
                 }
@@ -424,7 +428,7 @@ impl Launcher<'_> {
                     &mut args![px, pr, pg, pb, po, r, c, eps],
                 )
             }
-            Kernel::BiasAct {
+            Kernel::BiasAct(BiasAct {
                 x,
                 bias,
                 out,
@@ -432,7 +436,7 @@ impl Launcher<'_> {
                 cols,
                 act,
                 dtype,
-            } => {
+            }) => {
                 let n = rows * cols;
                 if n == 0 {
                     return Ok(());
@@ -480,7 +484,7 @@ impl Launcher<'_> {
                     &mut args![px, pb, po, r, c, code],
                 )
             }
-            Kernel::IndexSelect {
+            Kernel::IndexSelect(IndexSelect {
                 table,
                 ids,
                 out,
@@ -488,7 +492,7 @@ impl Launcher<'_> {
                 row_len,
                 table_rows,
                 dtype,
-            } => {
+            }) => {
                 let n = n_ids * row_len;
                 if n == 0 {
                     return Ok(());
@@ -514,7 +518,7 @@ impl Launcher<'_> {
                     &mut args![pt, pi, po, ni, rl, tr],
                 )
             }
-            Kernel::Reduce {
+            Kernel::Reduce(Reduce {
                 op,
                 x,
                 out,
@@ -522,7 +526,7 @@ impl Launcher<'_> {
                 axis,
                 inner,
                 dtype,
-            } => {
+            }) => {
                 let n = outer * inner;
                 if n == 0 {
                     return Ok(());
@@ -552,7 +556,7 @@ impl Launcher<'_> {
                     )
                 }
             }
-            Kernel::Attention {
+            Kernel::Attention(Attention {
                 qkv,
                 mask,
                 packed,
@@ -562,7 +566,7 @@ impl Launcher<'_> {
                 heads,
                 head_dim,
                 dtype,
-            } => {
+            }) => {
                 if batch == 0 || seq == 0 || heads == 0 || head_dim == 0 {
                     return Ok(());
                 }
@@ -615,7 +619,7 @@ impl Launcher<'_> {
                     &mut args![pq, pm, poff, po, s, h, d, tokens],
                 )
             }
-            Kernel::MeanPoolNorm {
+            Kernel::MeanPoolNorm(MeanPoolNorm {
                 x,
                 mask,
                 out,
@@ -623,7 +627,7 @@ impl Launcher<'_> {
                 seq,
                 dim,
                 dtype,
-            } => {
+            }) => {
                 if batch == 0 || dim == 0 {
                     return Ok(());
                 }
@@ -646,7 +650,7 @@ impl Launcher<'_> {
                     &mut args![px, pm, po, b, s, d],
                 )
             }
-            Kernel::RmsNorm {
+            Kernel::RmsNorm(RmsNorm {
                 x,
                 gamma,
                 out,
@@ -654,7 +658,7 @@ impl Launcher<'_> {
                 cols,
                 eps,
                 dtype,
-            } => {
+            }) => {
                 if rows == 0 || cols == 0 {
                     return Ok(());
                 }
@@ -666,7 +670,7 @@ impl Launcher<'_> {
                     &mut args![px, pg, po, r, c, eps],
                 )
             }
-            Kernel::Rope {
+            Kernel::Rope(Rope {
                 x,
                 cos,
                 sin,
@@ -677,7 +681,7 @@ impl Launcher<'_> {
                 head_dim,
                 rotated,
                 dtype,
-            } => {
+            }) => {
                 let n = batch * seq * heads * (head_dim / 2);
                 if n == 0 {
                     return Ok(());
@@ -692,14 +696,14 @@ impl Launcher<'_> {
                     &mut args![px, pc, ps, po, b, s, h, d, r],
                 )
             }
-            Kernel::GatedAct {
+            Kernel::GatedAct(GatedAct {
                 x,
                 out,
                 rows,
                 cols,
                 act,
                 dtype,
-            } => {
+            }) => {
                 if rows == 0 || cols == 0 {
                     return Ok(());
                 }
@@ -716,14 +720,14 @@ impl Launcher<'_> {
                     &mut args![px, po, r, c, code],
                 )
             }
-            Kernel::MeanPoolNormPacked {
+            Kernel::MeanPoolNormPacked(MeanPoolNormPacked {
                 x,
                 seqs,
                 out,
                 batch,
                 dim,
                 dtype,
-            } => {
+            }) => {
                 if batch == 0 || dim == 0 {
                     return Ok(());
                 }

@@ -9,7 +9,11 @@ use super::choice::{gemv_lanes, matmul_kernel, MatmulPath};
 use super::kernels::{Pipeline, Pipelines, Which, MAX_PARAMS, PARAM_WORDS};
 use super::{blocked, coop, Shared};
 use crate::backend::DevicePtr;
-use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
+use crate::kernel::{
+    Activation, Attention, BiasAct, Binary, BinaryOp, Cast, Fill, GatedAct, IndexSelect, Kernel,
+    LayerNorm, Matmul, MeanPoolNorm, MeanPoolNormPacked, Reduce, ReduceOp, RmsNorm, Rope, Softmax,
+    StridedCopy, Unary, UnaryOp,
+};
 use crate::sync::Arc;
 use crate::{DType, Error, Result};
 
@@ -245,24 +249,24 @@ fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> 
 /// The variant's name, for error messages.
 fn kernel_name(kernel: &Kernel) -> &'static str {
     match kernel {
-        Kernel::Fill { .. } => "fill",
-        Kernel::Copy { .. } => "copy",
-        Kernel::Cast { .. } => "cast",
-        Kernel::Matmul { .. } => "matmul",
-        Kernel::Unary { .. } => "unary",
-        Kernel::Binary { .. } => "binary",
-        Kernel::Softmax { .. } => "softmax",
-        Kernel::LayerNorm { .. } => "layer_norm",
-        Kernel::BiasAct { .. } => "bias_act",
-        Kernel::IndexSelect { .. } => "index_select",
+        Kernel::Fill(Fill { .. }) => "fill",
+        Kernel::Copy(StridedCopy { .. }) => "copy",
+        Kernel::Cast(Cast { .. }) => "cast",
+        Kernel::Matmul(Matmul { .. }) => "matmul",
+        Kernel::Unary(Unary { .. }) => "unary",
+        Kernel::Binary(Binary { .. }) => "binary",
+        Kernel::Softmax(Softmax { .. }) => "softmax",
+        Kernel::LayerNorm(LayerNorm { .. }) => "layer_norm",
+        Kernel::BiasAct(BiasAct { .. }) => "bias_act",
+        Kernel::IndexSelect(IndexSelect { .. }) => "index_select",
         Kernel::Sleep { .. } => "sleep",
-        Kernel::Reduce { .. } => "reduce",
-        Kernel::Attention { .. } => "attention",
-        Kernel::MeanPoolNorm { .. } => "mean_pool_normalize",
-        Kernel::RmsNorm { .. } => "rms_norm",
-        Kernel::Rope { .. } => "rope",
-        Kernel::GatedAct { .. } => "gated_act",
-        Kernel::MeanPoolNormPacked { .. } => "mean_pool_normalize (packed)",
+        Kernel::Reduce(Reduce { .. }) => "reduce",
+        Kernel::Attention(Attention { .. }) => "attention",
+        Kernel::MeanPoolNorm(MeanPoolNorm { .. }) => "mean_pool_normalize",
+        Kernel::RmsNorm(RmsNorm { .. }) => "rms_norm",
+        Kernel::Rope(Rope { .. }) => "rope",
+        Kernel::GatedAct(GatedAct { .. }) => "gated_act",
+        Kernel::MeanPoolNormPacked(MeanPoolNormPacked { .. }) => "mean_pool_normalize (packed)",
     }
 }
 
@@ -280,9 +284,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
     let t: u64 = if half { 2 } else { 4 };
     let mut b = Binder::new(shared);
     match kernel {
-        Kernel::Fill {
+        Kernel::Fill(Fill {
             out, len, value, ..
-        } => {
+        }) => {
             if *len == 0 {
                 return Ok(None);
             }
@@ -295,13 +299,13 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(*len)?,
             )?;
         }
-        Kernel::Cast {
+        Kernel::Cast(Cast {
             x,
             out,
             len,
             from,
             to,
-        } => {
+        }) => {
             if *len == 0 {
                 return Ok(None);
             }
@@ -328,12 +332,12 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(*len)?,
             )?;
         }
-        Kernel::Copy {
+        Kernel::Copy(StridedCopy {
             src,
             shape,
             out,
             elem_size,
-        } => {
+        }) => {
             let n: usize = shape.iter().product();
             if n == 0 {
                 return Ok(None);
@@ -363,9 +367,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(threads)?,
             )?;
         }
-        Kernel::Unary {
+        Kernel::Unary(Unary {
             op, x, out, len, ..
-        } => {
+        }) => {
             if *len == 0 {
                 return Ok(None);
             }
@@ -387,14 +391,14 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(*len)?,
             )?;
         }
-        Kernel::Binary {
+        Kernel::Binary(Binary {
             op,
             a,
             b: rhs,
             shape,
             out,
             ..
-        } => {
+        }) => {
             let n: usize = shape.iter().product();
             if n == 0 {
                 return Ok(None);
@@ -420,7 +424,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(n)?,
             )?;
         }
-        Kernel::Matmul {
+        Kernel::Matmul(Matmul {
             a,
             b: rhs,
             out,
@@ -431,7 +435,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             bias,
             act,
             ..
-        } => {
+        }) => {
             if batch * m * n == 0 {
                 return Ok(None);
             }
@@ -527,9 +531,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 )?;
             }
         }
-        Kernel::Softmax {
+        Kernel::Softmax(Softmax {
             x, out, rows, cols, ..
-        } => {
+        }) => {
             if rows * cols == 0 {
                 return Ok(None);
             }
@@ -543,7 +547,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid(*rows)?,
             )?;
         }
-        Kernel::LayerNorm {
+        Kernel::LayerNorm(LayerNorm {
             x,
             residual,
             gamma,
@@ -553,7 +557,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             cols,
             eps,
             ..
-        } => {
+        }) => {
             if rows * cols == 0 {
                 return Ok(None);
             }
@@ -583,7 +587,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid(*rows)?,
             )?;
         }
-        Kernel::BiasAct {
+        Kernel::BiasAct(BiasAct {
             x,
             bias,
             out,
@@ -591,7 +595,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             cols,
             act,
             ..
-        } => {
+        }) => {
             let n = rows * cols;
             if n == 0 {
                 return Ok(None);
@@ -614,7 +618,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(n)?,
             )?;
         }
-        Kernel::IndexSelect {
+        Kernel::IndexSelect(IndexSelect {
             table,
             ids,
             out,
@@ -622,7 +626,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             row_len,
             table_rows,
             ..
-        } => {
+        }) => {
             let n = n_ids * row_len;
             if n == 0 {
                 return Ok(None);
@@ -646,7 +650,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid_for(n)?,
             )?;
         }
-        Kernel::Reduce {
+        Kernel::Reduce(Reduce {
             op,
             x,
             out,
@@ -654,7 +658,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             axis,
             inner,
             ..
-        } => {
+        }) => {
             let outputs = outer * inner;
             if outputs == 0 {
                 return Ok(None);
@@ -681,15 +685,15 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid(outputs)?,
             )?;
         }
-        Kernel::Attention {
+        Kernel::Attention(Attention {
             packed: Some(_), ..
-        }
-        | Kernel::MeanPoolNormPacked { .. } => {
+        })
+        | Kernel::MeanPoolNormPacked(MeanPoolNormPacked { .. }) => {
             return Err(Error::Unavailable(
                 "wgpu: packed (varlen) batches are not implemented; run them padded".into(),
             ))
         }
-        Kernel::Attention {
+        Kernel::Attention(Attention {
             qkv,
             mask,
             out,
@@ -698,7 +702,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             heads,
             head_dim,
             ..
-        } => {
+        }) => {
             let rows = batch * seq * heads;
             if rows * head_dim == 0 {
                 return Ok(None);
@@ -739,7 +743,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
                 grid(groups)?,
             )?;
         }
-        Kernel::MeanPoolNorm {
+        Kernel::MeanPoolNorm(MeanPoolNorm {
             x,
             mask,
             out,
@@ -747,7 +751,7 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             seq,
             dim,
             ..
-        } => {
+        }) => {
             if batch * dim == 0 {
                 return Ok(None);
             }
@@ -775,7 +779,9 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             ))
         }
         // The newer model families' ops have CPU kernels only so far.
-        Kernel::RmsNorm { .. } | Kernel::Rope { .. } | Kernel::GatedAct { .. } => {
+        Kernel::RmsNorm(RmsNorm { .. })
+        | Kernel::Rope(Rope { .. })
+        | Kernel::GatedAct(GatedAct { .. }) => {
             return Err(Error::Unavailable(format!(
                 "wgpu: no {} kernel (the CPU backend runs it)",
                 kernel_name(kernel)
