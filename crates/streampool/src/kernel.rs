@@ -157,6 +157,25 @@ pub enum UnaryOp {
     },
 }
 
+impl UnaryOp {
+    /// The function's number in the GPU backends' unary kernels (`sp_unary` in
+    /// `kernels.cu`, `unary.wgsl`); only `Affine` reads the kernels' `mul` and `add`.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            UnaryOp::Relu => 0,
+            UnaryOp::Gelu => 1,
+            UnaryOp::Tanh => 2,
+            UnaryOp::Exp => 3,
+            UnaryOp::Sqrt => 4,
+            UnaryOp::Sqr => 5,
+            UnaryOp::Neg => 6,
+            UnaryOp::Recip => 7,
+            UnaryOp::Affine { .. } => 8,
+        }
+    }
+}
+
 /// Element-wise functions of two arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinaryOp {
@@ -167,12 +186,40 @@ pub enum BinaryOp {
     Max,
 }
 
+impl BinaryOp {
+    /// The function's number in the GPU backends' binary kernels (`sp_binary` in
+    /// `kernels.cu`, `binary.wgsl`).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            BinaryOp::Add => 0,
+            BinaryOp::Sub => 1,
+            BinaryOp::Mul => 2,
+            BinaryOp::Div => 3,
+            BinaryOp::Max => 4,
+        }
+    }
+}
+
 /// Reductions over one axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
     Sum,
     Mean,
     Max,
+}
+
+impl ReduceOp {
+    /// The reduction's number in the GPU backends' reduce kernels (`kernels.cu`,
+    /// `reduce.wgsl`).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            ReduceOp::Sum => 0,
+            ReduceOp::Mean => 1,
+            ReduceOp::Max => 2,
+        }
+    }
 }
 
 /// Activation applied by the fused bias kernel and the matmul epilogue.
@@ -186,6 +233,20 @@ pub enum Activation {
     /// (Hugging Face's `gelu_new` / `gelu_pytorch_tanh`; what cuBLASLt's GELU epilogue
     /// computes).
     GeluTanh,
+}
+
+impl Activation {
+    /// The activation's number in the GPU backends' bias and epilogue kernels (`kernels.cu`,
+    /// `bias_act.wgsl`, `epilogue.wgsl`).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Activation::Identity => 0,
+            Activation::Relu => 1,
+            Activation::Gelu => 2,
+            Activation::GeluTanh => 3,
+        }
+    }
 }
 
 /// Activation of a gated MLP's gate ([`Kernel::GatedAct`]).
