@@ -160,7 +160,7 @@ pub enum UnaryOp {
 impl UnaryOp {
     /// The function's number in the GPU backends' unary kernels (`sp_unary` in
     /// `kernels.cu`, `unary.wgsl`); only `Affine` reads the kernels' `mul` and `add`.
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
     pub(crate) fn code(self) -> u32 {
         match self {
             UnaryOp::Relu => 0,
@@ -189,7 +189,7 @@ pub enum BinaryOp {
 impl BinaryOp {
     /// The function's number in the GPU backends' binary kernels (`sp_binary` in
     /// `kernels.cu`, `binary.wgsl`).
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
     pub(crate) fn code(self) -> u32 {
         match self {
             BinaryOp::Add => 0,
@@ -212,7 +212,7 @@ pub enum ReduceOp {
 impl ReduceOp {
     /// The reduction's number in the GPU backends' reduce kernels (`kernels.cu`,
     /// `reduce.wgsl`).
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
     pub(crate) fn code(self) -> u32 {
         match self {
             ReduceOp::Sum => 0,
@@ -238,7 +238,7 @@ pub enum Activation {
 impl Activation {
     /// The activation's number in the GPU backends' bias and epilogue kernels (`kernels.cu`,
     /// `bias_act.wgsl`, `epilogue.wgsl`).
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
     pub(crate) fn code(self) -> u32 {
         match self {
             Activation::Identity => 0,
