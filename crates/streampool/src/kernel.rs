@@ -157,6 +157,25 @@ pub enum UnaryOp {
     },
 }
 
+impl UnaryOp {
+    /// The function's number in the GPU backends' unary kernels (`sp_unary` in
+    /// `kernels.cu`, `unary.wgsl`); only `Affine` reads the kernels' `mul` and `add`.
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            UnaryOp::Relu => 0,
+            UnaryOp::Gelu => 1,
+            UnaryOp::Tanh => 2,
+            UnaryOp::Exp => 3,
+            UnaryOp::Sqrt => 4,
+            UnaryOp::Sqr => 5,
+            UnaryOp::Neg => 6,
+            UnaryOp::Recip => 7,
+            UnaryOp::Affine { .. } => 8,
+        }
+    }
+}
+
 /// Element-wise functions of two arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinaryOp {
@@ -167,12 +186,40 @@ pub enum BinaryOp {
     Max,
 }
 
+impl BinaryOp {
+    /// The function's number in the GPU backends' binary kernels (`sp_binary` in
+    /// `kernels.cu`, `binary.wgsl`).
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            BinaryOp::Add => 0,
+            BinaryOp::Sub => 1,
+            BinaryOp::Mul => 2,
+            BinaryOp::Div => 3,
+            BinaryOp::Max => 4,
+        }
+    }
+}
+
 /// Reductions over one axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
     Sum,
     Mean,
     Max,
+}
+
+impl ReduceOp {
+    /// The reduction's number in the GPU backends' reduce kernels (`kernels.cu`,
+    /// `reduce.wgsl`).
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            ReduceOp::Sum => 0,
+            ReduceOp::Mean => 1,
+            ReduceOp::Max => 2,
+        }
+    }
 }
 
 /// Activation applied by the fused bias kernel and the matmul epilogue.
@@ -188,6 +235,20 @@ pub enum Activation {
     GeluTanh,
 }
 
+impl Activation {
+    /// The activation's number in the GPU backends' bias and epilogue kernels (`kernels.cu`,
+    /// `bias_act.wgsl`, `epilogue.wgsl`).
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Activation::Identity => 0,
+            Activation::Relu => 1,
+            Activation::Gelu => 2,
+            Activation::GeluTanh => 3,
+        }
+    }
+}
+
 /// Activation of a gated MLP's gate ([`Kernel::GatedAct`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateActivation {
@@ -199,237 +260,376 @@ pub enum GateActivation {
     Silu,
 }
 
-/// One unit of device work.
+/// One unit of device work. Each operation's fields are a struct of its own, which a
+/// backend's function for that operation takes whole.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kernel {
-    /// `out[i] = value` (rounded to `dtype`) for `len` elements.
-    Fill {
-        out: DevicePtr,
-        len: usize,
-        value: f32,
-        dtype: DType,
-    },
-    /// `out[i] = x[i]` converted from `from` to `to` (both floating point), `len` elements.
-    Cast {
-        x: DevicePtr,
-        out: DevicePtr,
-        len: usize,
-        from: DType,
-        to: DType,
-    },
-    /// Gathers a strided view of `shape` into contiguous `out`; `elem_size` bytes per element.
-    Copy {
-        src: Strided,
-        shape: Dims,
-        out: DevicePtr,
-        elem_size: usize,
-    },
-    /// `out[b] = act(a[b] @ b[b] + bias)` with `a: [batch, m, k]`, `b: [batch, k, n]`,
-    /// `out: [batch, m, n]`; `bias[j]` (`n` contiguous elements, optional) is added to every
-    /// output column `j`, then `act` applied (`Identity` unless `bias` is set). The CUDA
-    /// backend does both in the GEMM's epilogue where cuBLASLt has one for `act`.
-    /// `b_pack` (CPU): where `b`, a weight, may be kept packed between calls ([`PackSlot`]).
-    /// `residual` (`[batch, m, n]` contiguous, only with a bias and `Identity`) is added too,
-    /// `out = a @ b + bias + residual`; only a backend whose
-    /// [`BackendStream::fuses_matmul_residual`](crate::backend::BackendStream::fuses_matmul_residual)
-    /// says so receives one.
-    Matmul {
-        a: MatOperand,
-        b: MatOperand,
-        b_pack: Option<PackSlot>,
-        bias: Option<DevicePtr>,
-        residual: Option<DevicePtr>,
-        act: Activation,
-        out: DevicePtr,
-        batch: usize,
-        m: usize,
-        n: usize,
-        k: usize,
-        dtype: DType,
-        math: MatmulMath,
-    },
-    /// `out[i] = op(x[i])` over `len` contiguous elements.
-    Unary {
-        op: UnaryOp,
-        x: DevicePtr,
-        out: DevicePtr,
-        len: usize,
-        dtype: DType,
-    },
-    /// `out[idx] = op(a[idx], b[idx])` over `shape`, with broadcasting through zero strides.
-    Binary {
-        op: BinaryOp,
-        a: Strided,
-        b: Strided,
-        shape: Dims,
-        out: DevicePtr,
-        dtype: DType,
-    },
-    /// Softmax over the last axis of a contiguous `[rows, cols]`.
-    Softmax {
-        x: DevicePtr,
-        out: DevicePtr,
-        rows: usize,
-        cols: usize,
-        dtype: DType,
-    },
-    /// `out = layer_norm(x + residual) * gamma + beta` over the last axis of `[rows, cols]`;
-    /// `residual` is optional (the fused residual + LayerNorm of post-norm transformers).
-    LayerNorm {
-        x: DevicePtr,
-        residual: Option<DevicePtr>,
-        gamma: DevicePtr,
-        beta: DevicePtr,
-        out: DevicePtr,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-        dtype: DType,
-    },
-    /// `out = act(x + bias)` with `x: [rows, cols]` and `bias: [cols]` (fused bias + activation).
-    BiasAct {
-        x: DevicePtr,
-        bias: DevicePtr,
-        out: DevicePtr,
-        rows: usize,
-        cols: usize,
-        act: Activation,
-        dtype: DType,
-    },
-    /// `out[i, :] = table[ids[i], :]`; `ids` are `i64`; ids outside `0..table_rows` give zero rows.
-    IndexSelect {
-        table: DevicePtr,
-        ids: DevicePtr,
-        out: DevicePtr,
-        n_ids: usize,
-        row_len: usize,
-        table_rows: usize,
-        dtype: DType,
-    },
+    /// [`Fill`].
+    Fill(Fill),
+    /// [`Cast`].
+    Cast(Cast),
+    /// [`StridedCopy`].
+    Copy(StridedCopy),
+    /// [`Matmul`].
+    Matmul(Matmul),
+    /// [`Unary`].
+    Unary(Unary),
+    /// [`Binary`].
+    Binary(Binary),
+    /// [`Softmax`].
+    Softmax(Softmax),
+    /// [`LayerNorm`].
+    LayerNorm(LayerNorm),
+    /// [`BiasAct`].
+    BiasAct(BiasAct),
+    /// [`IndexSelect`].
+    IndexSelect(IndexSelect),
     /// Keeps the stream busy for `nanos` nanoseconds (tests use it to make a stream slow on
     /// purpose, to prove cross-stream ordering).
     Sleep { nanos: u64 },
-    /// Reduces the middle axis of a contiguous `[outer, axis, inner]` into `[outer, inner]`.
-    Reduce {
-        op: ReduceOp,
-        x: DevicePtr,
-        out: DevicePtr,
-        outer: usize,
-        axis: usize,
-        inner: usize,
-        dtype: DType,
-    },
-    /// Fused multi-head self-attention over the output of a fused QKV projection:
-    /// `qkv: [batch, seq, 3, heads, head_dim]` (queries already scaled by `1/sqrt(head_dim)`),
-    /// `out[b, i, h, :] = softmax_j(q_bih . k_bjh, keys with mask[b, j] == 0 excluded) @ v_bjh`
-    /// written as `[batch, seq, heads * head_dim]`. `mask` is `F32` `[batch, seq]` of 1 (attend)
-    /// and 0 (padding); a row whose keys are all padding attends uniformly (as Hugging Face's
-    /// additive `f32::MIN` mask does). Softmax statistics are `f32`; no `[seq, seq]` score
-    /// matrix is stored.
-    ///
-    /// Packed (`packed` set; `mask` is then `None`): `qkv` is `[tokens, 3, heads, head_dim]`
-    /// holding `batch` sequences back to back as [`SeqOffsets`] says, each attending only to
-    /// itself, `out` is `[tokens, heads * head_dim]`, and `seq` bounds every sequence's length
-    /// (a longer one is cut to `seq`: rows past it are left unwritten).
-    Attention {
-        qkv: DevicePtr,
-        mask: Option<DevicePtr>,
-        packed: Option<SeqOffsets>,
-        out: DevicePtr,
-        batch: usize,
-        seq: usize,
-        heads: usize,
-        head_dim: usize,
-        dtype: DType,
-    },
-    /// RMS normalisation over the last axis of `[rows, cols]`:
-    /// `out = x / sqrt(mean(x^2) + eps) * gamma` (T5, Llama, Qwen), statistics in `f32` or
-    /// wider.
-    RmsNorm {
-        x: DevicePtr,
-        gamma: DevicePtr,
-        out: DevicePtr,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-        dtype: DType,
-    },
-    /// Rotary position embeddings, rotate-half (GPT-NeoX) form, on `x: [batch, seq, heads,
-    /// head_dim]`: with `p` the position of row `s` (`s` itself) and `h = head_dim / 2`,
-    /// `out[.., i] = x[i] cos[p, i] - x[i + h] sin[p, i]` and
-    /// `out[.., i + h] = x[i + h] cos[p, i] + x[i] sin[p, i]` for `i < h`, for heads
-    /// `0..rotated`; heads `rotated..heads` are copied unchanged (the values of a fused QKV
-    /// projection). `cos` and `sin` are `F32` `[positions >= seq, h]` tables.
-    Rope {
-        x: DevicePtr,
-        cos: DevicePtr,
-        sin: DevicePtr,
-        out: DevicePtr,
-        batch: usize,
-        seq: usize,
-        heads: usize,
-        head_dim: usize,
-        rotated: usize,
-        dtype: DType,
-    },
-    /// Gated activation over a fused gate/up projection: `x: [rows, 2 * cols]` holds the gate
-    /// then the up values of each row; `out[r, c] = act(x[r, c]) * x[r, cols + c]`,
-    /// `out: [rows, cols]` (GeGLU / SwiGLU MLPs).
-    GatedAct {
-        x: DevicePtr,
-        out: DevicePtr,
-        rows: usize,
-        cols: usize,
-        act: GateActivation,
-        dtype: DType,
-    },
-    /// Sentence pooling: `out[b, :] = normalize(sum_s mask[b, s] * x[b, s, :] / max(sum_s
-    /// mask[b, s], 1e-9))`, L2 norm floored at 1e-12 (sentence-transformers' mean pooling
-    /// and `normalize`). `x: [batch, seq, dim]` of `dtype`, `mask: [batch, seq]` `F32`;
-    /// `out: [batch, dim]` is always `F32`.
-    MeanPoolNorm {
-        x: DevicePtr,
-        mask: DevicePtr,
-        out: DevicePtr,
-        batch: usize,
-        seq: usize,
-        dim: usize,
-        dtype: DType,
-    },
-    /// [`Kernel::MeanPoolNorm`] over a packed batch: `out[b, :]` is the normalized mean of
-    /// rows `offsets[b]..offsets[b + 1]` of `x: [tokens, dim]` (an empty sequence gives zeros).
-    /// `out: [batch, dim]` is always `F32`.
-    MeanPoolNormPacked {
-        x: DevicePtr,
-        seqs: SeqOffsets,
-        out: DevicePtr,
-        batch: usize,
-        dim: usize,
-        dtype: DType,
-    },
+    /// [`Reduce`].
+    Reduce(Reduce),
+    /// [`Attention`].
+    Attention(Attention),
+    /// [`RmsNorm`].
+    RmsNorm(RmsNorm),
+    /// [`Rope`].
+    Rope(Rope),
+    /// [`GatedAct`].
+    GatedAct(GatedAct),
+    /// [`MeanPoolNorm`].
+    MeanPoolNorm(MeanPoolNorm),
+    /// [`MeanPoolNormPacked`].
+    MeanPoolNormPacked(MeanPoolNormPacked),
+}
+
+/// `out[i] = value` (rounded to `dtype`) for `len` elements.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fill {
+    pub out: DevicePtr,
+    pub len: usize,
+    pub value: f32,
+    pub dtype: DType,
+}
+
+/// `out[i] = x[i]` converted from `from` to `to` (both floating point), `len` elements.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cast {
+    pub x: DevicePtr,
+    pub out: DevicePtr,
+    pub len: usize,
+    pub from: DType,
+    pub to: DType,
+}
+
+/// Gathers a strided view of `shape` into contiguous `out`; `elem_size` bytes per element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StridedCopy {
+    pub src: Strided,
+    pub shape: Dims,
+    pub out: DevicePtr,
+    pub elem_size: usize,
+}
+
+impl StridedCopy {
+    /// Elements copied.
+    pub(crate) fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// `out[b] = act(a[b] @ b[b] + bias)` with `a: [batch, m, k]`, `b: [batch, k, n]`,
+/// `out: [batch, m, n]`; `bias[j]` (`n` contiguous elements, optional) is added to every
+/// output column `j`, then `act` applied (`Identity` unless `bias` is set). The CUDA
+/// backend does both in the GEMM's epilogue where cuBLASLt has one for `act`.
+/// `b_pack` (CPU): where `b`, a weight, may be kept packed between calls ([`PackSlot`]).
+/// `residual` (`[batch, m, n]` contiguous, only with a bias and `Identity`) is added too,
+/// `out = a @ b + bias + residual`; only a backend whose
+/// [`BackendStream::fuses_matmul_residual`](crate::backend::BackendStream::fuses_matmul_residual)
+/// says so receives one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matmul {
+    pub a: MatOperand,
+    pub b: MatOperand,
+    pub b_pack: Option<PackSlot>,
+    pub bias: Option<DevicePtr>,
+    pub residual: Option<DevicePtr>,
+    pub act: Activation,
+    pub out: DevicePtr,
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub dtype: DType,
+    pub math: MatmulMath,
+}
+
+/// `out[i] = op(x[i])` over `len` contiguous elements.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Unary {
+    pub op: UnaryOp,
+    pub x: DevicePtr,
+    pub out: DevicePtr,
+    pub len: usize,
+    pub dtype: DType,
+}
+
+/// `out[idx] = op(a[idx], b[idx])` over `shape`, with broadcasting through zero strides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binary {
+    pub op: BinaryOp,
+    pub a: Strided,
+    pub b: Strided,
+    pub shape: Dims,
+    pub out: DevicePtr,
+    pub dtype: DType,
+}
+
+impl Binary {
+    /// Elements of the output.
+    pub(crate) fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Softmax over the last axis of a contiguous `[rows, cols]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Softmax {
+    pub x: DevicePtr,
+    pub out: DevicePtr,
+    pub rows: usize,
+    pub cols: usize,
+    pub dtype: DType,
+}
+
+/// `out = layer_norm(x + residual) * gamma + beta` over the last axis of `[rows, cols]`;
+/// `residual` is optional (the fused residual + LayerNorm of post-norm transformers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerNorm {
+    pub x: DevicePtr,
+    pub residual: Option<DevicePtr>,
+    pub gamma: DevicePtr,
+    pub beta: DevicePtr,
+    pub out: DevicePtr,
+    pub rows: usize,
+    pub cols: usize,
+    pub eps: f32,
+    pub dtype: DType,
+}
+
+/// `out = act(x + bias)` with `x: [rows, cols]` and `bias: [cols]` (fused bias + activation).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BiasAct {
+    pub x: DevicePtr,
+    pub bias: DevicePtr,
+    pub out: DevicePtr,
+    pub rows: usize,
+    pub cols: usize,
+    pub act: Activation,
+    pub dtype: DType,
+}
+
+impl BiasAct {
+    /// Elements of the output.
+    pub(crate) fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+}
+
+/// `out[i, :] = table[ids[i], :]`; `ids` are `i64`; ids outside `0..table_rows` give zero rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IndexSelect {
+    pub table: DevicePtr,
+    pub ids: DevicePtr,
+    pub out: DevicePtr,
+    pub n_ids: usize,
+    pub row_len: usize,
+    pub table_rows: usize,
+    pub dtype: DType,
+}
+
+impl IndexSelect {
+    /// Elements of the output.
+    pub(crate) fn len(&self) -> usize {
+        self.n_ids * self.row_len
+    }
+}
+
+/// Reduces the middle axis of a contiguous `[outer, axis, inner]` into `[outer, inner]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reduce {
+    pub op: ReduceOp,
+    pub x: DevicePtr,
+    pub out: DevicePtr,
+    pub outer: usize,
+    pub axis: usize,
+    pub inner: usize,
+    pub dtype: DType,
+}
+
+impl Reduce {
+    /// Elements of the output.
+    pub(crate) fn outputs(&self) -> usize {
+        self.outer * self.inner
+    }
+}
+
+/// Fused multi-head self-attention over the output of a fused QKV projection:
+/// `qkv: [batch, seq, 3, heads, head_dim]` (queries already scaled by `1/sqrt(head_dim)`),
+/// `out[b, i, h, :] = softmax_j(q_bih . k_bjh, keys with mask[b, j] == 0 excluded) @ v_bjh`
+/// written as `[batch, seq, heads * head_dim]`. `mask` is `F32` `[batch, seq]` of 1 (attend)
+/// and 0 (padding); a row whose keys are all padding attends uniformly (as Hugging Face's
+/// additive `f32::MIN` mask does). Softmax statistics are `f32`; no `[seq, seq]` score
+/// matrix is stored.
+///
+/// Packed (`packed` set; `mask` is then `None`): `qkv` is `[tokens, 3, heads, head_dim]`
+/// holding `batch` sequences back to back as [`SeqOffsets`] says, each attending only to
+/// itself, `out` is `[tokens, heads * head_dim]`, and `seq` bounds every sequence's length
+/// (a longer one is cut to `seq`: rows past it are left unwritten).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attention {
+    pub qkv: DevicePtr,
+    pub mask: Option<DevicePtr>,
+    pub packed: Option<SeqOffsets>,
+    pub out: DevicePtr,
+    pub batch: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub dtype: DType,
+}
+
+/// RMS normalisation over the last axis of `[rows, cols]`:
+/// `out = x / sqrt(mean(x^2) + eps) * gamma` (T5, Llama, Qwen), statistics in `f32` or
+/// wider.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RmsNorm {
+    pub x: DevicePtr,
+    pub gamma: DevicePtr,
+    pub out: DevicePtr,
+    pub rows: usize,
+    pub cols: usize,
+    pub eps: f32,
+    pub dtype: DType,
+}
+
+/// Rotary position embeddings, rotate-half (GPT-NeoX) form, on `x: [batch, seq, heads,
+/// head_dim]`: with `p` the position of row `s` (`s` itself) and `h = head_dim / 2`,
+/// `out[.., i] = x[i] cos[p, i] - x[i + h] sin[p, i]` and
+/// `out[.., i + h] = x[i + h] cos[p, i] + x[i] sin[p, i]` for `i < h`, for heads
+/// `0..rotated`; heads `rotated..heads` are copied unchanged (the values of a fused QKV
+/// projection). `cos` and `sin` are `F32` `[positions >= seq, h]` tables.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    pub x: DevicePtr,
+    pub cos: DevicePtr,
+    pub sin: DevicePtr,
+    pub out: DevicePtr,
+    pub batch: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub rotated: usize,
+    pub dtype: DType,
+}
+
+impl Rope {
+    /// Pairs `(i, i + head_dim / 2)` over every head of every row: one per two outputs
+    /// (`head_dim` is even: the tensor layer refuses an odd one).
+    pub(crate) fn pairs(&self) -> usize {
+        self.batch * self.seq * self.heads * (self.head_dim / 2)
+    }
+}
+
+/// Gated activation over a fused gate/up projection: `x: [rows, 2 * cols]` holds the gate
+/// then the up values of each row; `out[r, c] = act(x[r, c]) * x[r, cols + c]`,
+/// `out: [rows, cols]` (GeGLU / SwiGLU MLPs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GatedAct {
+    pub x: DevicePtr,
+    pub out: DevicePtr,
+    pub rows: usize,
+    pub cols: usize,
+    pub act: GateActivation,
+    pub dtype: DType,
+}
+
+/// Sentence pooling: `out[b, :] = normalize(sum_s mask[b, s] * x[b, s, :] / max(sum_s
+/// mask[b, s], 1e-9))`, L2 norm floored at 1e-12 (sentence-transformers' mean pooling
+/// and `normalize`). `x: [batch, seq, dim]` of `dtype`, `mask: [batch, seq]` `F32`;
+/// `out: [batch, dim]` is always `F32`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeanPoolNorm {
+    pub x: DevicePtr,
+    pub mask: DevicePtr,
+    pub out: DevicePtr,
+    pub batch: usize,
+    pub seq: usize,
+    pub dim: usize,
+    pub dtype: DType,
+}
+
+/// [`MeanPoolNorm`] over a packed batch: `out[b, :]` is the normalized mean of rows
+/// `offsets[b]..offsets[b + 1]` of `x: [tokens, dim]` (an empty sequence gives zeros).
+/// `out: [batch, dim]` is always `F32`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeanPoolNormPacked {
+    pub x: DevicePtr,
+    pub seqs: SeqOffsets,
+    pub out: DevicePtr,
+    pub batch: usize,
+    pub dim: usize,
+    pub dtype: DType,
 }
 
 impl Kernel {
     /// The compute dtype of a floating-point kernel; `None` for the dtype-free ones (`Copy`,
     /// `Cast`, `Sleep`). Backends use it to pick or refuse a kernel in one place.
     pub fn float_dtype(&self) -> Option<DType> {
+        let dtype = match self {
+            Kernel::Fill(k) => k.dtype,
+            Kernel::Matmul(k) => k.dtype,
+            Kernel::Unary(k) => k.dtype,
+            Kernel::Binary(k) => k.dtype,
+            Kernel::Softmax(k) => k.dtype,
+            Kernel::LayerNorm(k) => k.dtype,
+            Kernel::BiasAct(k) => k.dtype,
+            Kernel::IndexSelect(k) => k.dtype,
+            Kernel::Reduce(k) => k.dtype,
+            Kernel::Attention(k) => k.dtype,
+            Kernel::MeanPoolNorm(k) => k.dtype,
+            Kernel::RmsNorm(k) => k.dtype,
+            Kernel::Rope(k) => k.dtype,
+            Kernel::GatedAct(k) => k.dtype,
+            Kernel::MeanPoolNormPacked(k) => k.dtype,
+            Kernel::Copy(_) | Kernel::Cast(_) | Kernel::Sleep { .. } => return None,
+        };
+        Some(dtype)
+    }
+
+    /// Whether the kernel has nothing to compute (an empty output, or rows of no columns):
+    /// every backend runs nothing for it. A `Matmul` with `k == 0` is not empty (its output
+    /// is zeros); a `Sleep` never is.
+    pub(crate) fn is_empty(&self) -> bool {
         match self {
-            Kernel::Fill { dtype, .. }
-            | Kernel::Matmul { dtype, .. }
-            | Kernel::Unary { dtype, .. }
-            | Kernel::Binary { dtype, .. }
-            | Kernel::Softmax { dtype, .. }
-            | Kernel::LayerNorm { dtype, .. }
-            | Kernel::BiasAct { dtype, .. }
-            | Kernel::IndexSelect { dtype, .. }
-            | Kernel::Reduce { dtype, .. }
-            | Kernel::Attention { dtype, .. }
-            | Kernel::MeanPoolNorm { dtype, .. }
-            | Kernel::RmsNorm { dtype, .. }
-            | Kernel::Rope { dtype, .. }
-            | Kernel::GatedAct { dtype, .. }
-            | Kernel::MeanPoolNormPacked { dtype, .. } => Some(*dtype),
-            Kernel::Copy { .. } | Kernel::Cast { .. } | Kernel::Sleep { .. } => None,
+            Kernel::Fill(k) => k.len == 0,
+            Kernel::Cast(k) => k.len == 0,
+            Kernel::Copy(k) => k.len() == 0,
+            Kernel::Matmul(k) => k.batch == 0 || k.m == 0 || k.n == 0,
+            Kernel::Unary(k) => k.len == 0,
+            Kernel::Binary(k) => k.len() == 0,
+            Kernel::Softmax(k) => k.rows == 0 || k.cols == 0,
+            Kernel::LayerNorm(k) => k.rows == 0 || k.cols == 0,
+            Kernel::BiasAct(k) => k.len() == 0,
+            Kernel::IndexSelect(k) => k.len() == 0,
+            Kernel::Sleep { .. } => false,
+            Kernel::Reduce(k) => k.outputs() == 0,
+            Kernel::Attention(k) => k.batch == 0 || k.seq == 0 || k.heads == 0 || k.head_dim == 0,
+            Kernel::RmsNorm(k) => k.rows == 0 || k.cols == 0,
+            Kernel::Rope(k) => k.pairs() == 0,
+            Kernel::GatedAct(k) => k.rows == 0 || k.cols == 0,
+            Kernel::MeanPoolNorm(k) => k.batch == 0 || k.dim == 0,
+            Kernel::MeanPoolNormPacked(k) => k.batch == 0 || k.dim == 0,
         }
     }
 }

@@ -54,42 +54,25 @@ pub(crate) fn work(k: &Kernel) -> (u64, u64) {
     let e = k.float_dtype().map_or(4, |d| d.size()) as u64;
     let n = |v: usize| v as u64;
     match k {
-        Kernel::Matmul {
-            batch, m, n: nn, k, ..
-        } => (2 * n(*batch) * n(*m) * n(*nn) * n(*k), 0),
+        Kernel::Matmul(p) => (2 * n(p.batch) * n(p.m) * n(p.n) * n(p.k), 0),
         // QK^T and PV: 2 * 2 * seq^2 * head_dim per sequence and head.
-        Kernel::Attention {
-            batch,
-            seq,
-            heads,
-            head_dim,
-            ..
-        } => (
-            4 * n(*batch) * n(*heads) * n(*seq) * n(*seq) * n(*head_dim),
+        Kernel::Attention(p) => (
+            4 * n(p.batch) * n(p.heads) * n(p.seq) * n(p.seq) * n(p.head_dim),
             0,
         ),
-        Kernel::LayerNorm {
-            rows,
-            cols,
-            residual,
-            ..
-        } => (
+        Kernel::LayerNorm(p) => (
             0,
-            n(rows * cols) * e * if residual.is_some() { 3 } else { 2 },
+            n(p.rows * p.cols) * e * if p.residual.is_some() { 3 } else { 2 },
         ),
-        Kernel::BiasAct { rows, cols, .. } | Kernel::Softmax { rows, cols, .. } => {
-            (0, 2 * n(rows * cols) * e)
-        }
-        Kernel::Unary { len, .. } | Kernel::Fill { len, .. } => (0, 2 * n(*len) * e),
-        Kernel::Binary { shape, .. } => (0, 3 * n(shape.iter().product()) * e),
-        Kernel::Copy {
-            shape, elem_size, ..
-        } => (0, 2 * n(shape.iter().product()) * n(*elem_size)),
-        Kernel::Cast { len, from, to, .. } => (0, n(*len) * n(from.size() + to.size())),
-        Kernel::IndexSelect { n_ids, row_len, .. } => (0, 2 * n(n_ids * row_len) * e),
-        Kernel::MeanPoolNorm {
-            batch, seq, dim, ..
-        } => (0, n(batch * seq * dim) * e),
+        Kernel::BiasAct(p) => (0, 2 * n(p.len()) * e),
+        Kernel::Softmax(p) => (0, 2 * n(p.rows * p.cols) * e),
+        Kernel::Unary(p) => (0, 2 * n(p.len) * e),
+        Kernel::Fill(p) => (0, 2 * n(p.len) * e),
+        Kernel::Binary(p) => (0, 3 * n(p.len()) * e),
+        Kernel::Copy(p) => (0, 2 * n(p.len()) * n(p.elem_size)),
+        Kernel::Cast(p) => (0, n(p.len) * n(p.from.size() + p.to.size())),
+        Kernel::IndexSelect(p) => (0, 2 * n(p.len()) * e),
+        Kernel::MeanPoolNorm(p) => (0, n(p.batch * p.seq * p.dim) * e),
         _ => (0, 0),
     }
 }
@@ -100,80 +83,62 @@ pub(crate) fn label(k: &Kernel) -> String {
         |d: Option<crate::DType>| d.map_or(String::new(), |d| format!(" {d:?}").to_lowercase());
     let d = dt(k.float_dtype());
     match k {
-        Kernel::Matmul {
-            batch,
-            m,
-            n,
-            k,
-            bias,
-            act,
-            math,
-            ..
-        } => format!(
-            "matmul{} {}{m}x{n}x{k}{}",
-            if *math == crate::MatmulMath::Int8 {
+        Kernel::Matmul(p) => format!(
+            "matmul{} {}{}x{}x{}{}",
+            if p.math == crate::MatmulMath::Int8 {
                 " int8".to_string()
             } else {
                 d
             },
-            if *batch > 1 {
-                format!("{batch}x ")
+            if p.batch > 1 {
+                format!("{}x ", p.batch)
             } else {
                 String::new()
             },
-            match (bias.is_some(), act) {
+            p.m,
+            p.n,
+            p.k,
+            match (p.bias.is_some(), p.act) {
                 (false, _) => String::new(),
                 (true, crate::Activation::Identity) => " +bias".into(),
                 (true, act) => format!(" +bias {act:?}"),
             }
         ),
-        Kernel::Attention {
-            batch,
-            seq,
-            heads,
-            head_dim,
-            mask,
-            ..
-        } => format!(
-            "attention{d} b{batch} s{seq} h{heads} d{head_dim}{}",
-            if mask.is_some() { " masked" } else { "" }
+        Kernel::Attention(p) => format!(
+            "attention{d} b{} s{} h{} d{}{}",
+            p.batch,
+            p.seq,
+            p.heads,
+            p.head_dim,
+            if p.mask.is_some() { " masked" } else { "" }
         ),
-        Kernel::LayerNorm {
-            rows,
-            cols,
-            residual,
-            ..
-        } => format!(
-            "layer_norm{d} {rows}x{cols}{}",
-            if residual.is_some() { " +residual" } else { "" }
+        Kernel::LayerNorm(p) => format!(
+            "layer_norm{d} {}x{}{}",
+            p.rows,
+            p.cols,
+            if p.residual.is_some() {
+                " +residual"
+            } else {
+                ""
+            }
         ),
-        Kernel::BiasAct {
-            rows, cols, act, ..
-        } => format!("bias_act{d} {act:?} {rows}x{cols}"),
-        Kernel::Softmax { rows, cols, .. } => format!("softmax{d} {rows}x{cols}"),
-        Kernel::Unary { op, len, .. } => format!("unary{d} {op:?} {len}"),
-        Kernel::Binary { op, shape, .. } => format!("binary{d} {op:?} {shape:?}"),
-        Kernel::Copy { shape, .. } => format!("copy {shape:?}"),
-        Kernel::Cast { len, from, to, .. } => format!("cast {from:?}->{to:?} {len}"),
-        Kernel::Fill { len, .. } => format!("fill{d} {len}"),
-        Kernel::IndexSelect { n_ids, row_len, .. } => {
-            format!("index_select{d} {n_ids}x{row_len}")
+        Kernel::BiasAct(p) => format!("bias_act{d} {:?} {}x{}", p.act, p.rows, p.cols),
+        Kernel::Softmax(p) => format!("softmax{d} {}x{}", p.rows, p.cols),
+        Kernel::Unary(p) => format!("unary{d} {:?} {}", p.op, p.len),
+        Kernel::Binary(p) => format!("binary{d} {:?} {:?}", p.op, p.shape),
+        Kernel::Copy(p) => format!("copy {:?}", p.shape),
+        Kernel::Cast(p) => format!("cast {:?}->{:?} {}", p.from, p.to, p.len),
+        Kernel::Fill(p) => format!("fill{d} {}", p.len),
+        Kernel::IndexSelect(p) => format!("index_select{d} {}x{}", p.n_ids, p.row_len),
+        Kernel::Reduce(p) => format!("reduce{d} {:?} {}x{}x{}", p.op, p.outer, p.axis, p.inner),
+        Kernel::MeanPoolNorm(p) => {
+            format!("mean_pool_norm{d} b{} s{} d{}", p.batch, p.seq, p.dim)
         }
-        Kernel::Reduce {
-            op,
-            outer,
-            axis,
-            inner,
-            ..
-        } => format!("reduce{d} {op:?} {outer}x{axis}x{inner}"),
-        Kernel::MeanPoolNorm {
-            batch, seq, dim, ..
-        } => format!("mean_pool_norm{d} b{batch} s{seq} d{dim}"),
         Kernel::Sleep { .. } => "sleep".into(),
         // Kernels without a shape summary of their own: the variant's name.
         other => {
             let debug = format!("{other:?}");
-            let name = debug.split([' ', '{']).next().unwrap_or("kernel");
+            let name = debug.split([' ', '{', '(']).next().unwrap_or("kernel");
             format!("{}{d}", name.to_lowercase())
         }
     }

@@ -8,7 +8,10 @@ use half::slice::HalfFloatSliceExt;
 
 use crate::backend::DevicePtr;
 use crate::cpu::intra_op;
-use crate::kernel::{Kernel, MatOperand};
+use crate::kernel::{
+    Attention, BiasAct, Binary, Fill, GatedAct, IndexSelect, Kernel, LayerNorm, MatOperand, Matmul,
+    MeanPoolNorm, MeanPoolNormPacked, Reduce, RmsNorm, Rope, Softmax, Unary,
+};
 use crate::sync::Mutex;
 use crate::DType;
 
@@ -201,17 +204,9 @@ fn mat_extent(x: &MatOperand, batch: usize, rows: usize, cols: usize) -> usize {
 /// # Safety
 /// As [`super::kernels::run`].
 pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
-    use Kernel as K;
-    if let K::Cast {
-        x,
-        out,
-        len,
-        from,
-        to,
-    } = kernel
-    {
-        let v = load(*x, *len, *from);
-        store(&v, *out, *to);
+    if let Kernel::Cast(p) = kernel {
+        let v = load(p.x, p.len, p.from);
+        store(&v, p.out, p.to);
         give(v);
         return true;
     }
@@ -221,51 +216,22 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
     if dt == DType::F32 {
         return false;
     }
-    // A gather copies values as they are: no need to widen the whole table (a vocabulary's
-    // embeddings: 47 MB of f32 per call for MiniLM).
-    if let K::IndexSelect {
-        table,
-        ids,
-        out,
-        n_ids,
-        row_len,
-        table_rows,
-        ..
-    } = *kernel
-    {
-        index_select_u16(table, ids, out, n_ids, row_len, table_rows);
-        return true;
-    }
-    // bf16 products through the host's bf16 instructions where they fit.
-    if let K::Matmul {
-        a,
-        b,
-        b_pack,
-        bias,
-        act,
-        out,
-        batch,
-        m,
-        n,
-        k,
-        dtype: DType::BF16,
-        ..
-    } = kernel
-    {
-        if super::kernels::bf16::matmul(
-            a,
-            b,
-            b_pack.as_ref(),
-            *bias,
-            *act,
-            *out,
-            *batch,
-            *m,
-            *n,
-            *k,
-        ) {
+    match kernel {
+        // A gather copies values as they are: no need to widen the whole table (a
+        // vocabulary's embeddings: 47 MB of f32 per call for MiniLM).
+        Kernel::IndexSelect(p) => {
+            index_select_u16(p.table, p.ids, p.out, p.n_ids, p.row_len, p.table_rows);
             return true;
         }
+        // bf16 products through the host's bf16 instructions where they fit.
+        Kernel::Matmul(p) if p.dtype == DType::BF16 => {
+            let (a, b, slot) = (&p.a, &p.b, p.b_pack.as_ref());
+            let (batch, m, n, k) = (p.batch, p.m, p.n, p.k);
+            if super::kernels::bf16::matmul(a, b, slot, p.bias, p.act, p.out, batch, m, n, k) {
+                return true;
+            }
+        }
+        _ => {}
     }
     run_widened(kernel, dt);
     true
@@ -277,296 +243,167 @@ pub(crate) unsafe fn run_if_half(kernel: &Kernel) -> bool {
 /// # Safety
 /// As [`run_if_half`].
 pub(crate) unsafe fn run_widened(kernel: &Kernel, dt: DType) {
-    use Kernel as K;
-    let f = DType::F32;
     let mut w = Widened::default();
-    let widened = match kernel.clone() {
-        K::Fill {
-            out, len, value, ..
-        } => K::Fill {
-            out: w.output(out, len, dt),
-            len,
-            value,
-            dtype: f,
-        },
-        K::Matmul {
-            a,
-            b,
-            bias,
-            act,
-            out,
-            batch,
-            m,
-            n,
-            k,
-            math,
-            ..
-        } => K::Matmul {
-            // The widened copy is a temporary: nothing to keep packed.
-            b_pack: None,
-            bias: bias.map(|p| w.input(p, n, dt)),
-            // The CPU backend never fuses a residual (`fuses_matmul_residual` is false).
-            residual: None,
-            act,
-            a: MatOperand {
-                ptr: w.input(a.ptr, mat_extent(&a, batch, m, k), dt),
-                ..a
-            },
-            b: MatOperand {
-                ptr: w.input(b.ptr, mat_extent(&b, batch, k, n), dt),
-                ..b
-            },
-            out: w.output(out, batch * m * n, dt),
-            batch,
-            m,
-            n,
-            k,
-            dtype: f,
-            math,
-        },
-        K::Unary {
-            op, x, out, len, ..
-        } => K::Unary {
-            op,
-            x: w.input(x, len, dt),
-            out: w.output(out, len, dt),
-            len,
-            dtype: f,
-        },
-        K::Binary {
-            op,
-            mut a,
-            mut b,
-            shape,
-            out,
-            ..
-        } => {
-            a.ptr = w.input(a.ptr, strided_extent(&shape, &a.strides), dt);
-            b.ptr = w.input(b.ptr, strided_extent(&shape, &b.strides), dt);
-            let n = if shape.contains(&0) {
-                0
-            } else {
-                shape.iter().product()
-            };
-            K::Binary {
-                op,
-                a,
-                b,
-                out: w.output(out, n, dt),
-                shape,
-                dtype: f,
-            }
-        }
-        K::Softmax {
-            x, out, rows, cols, ..
-        } => K::Softmax {
-            x: w.input(x, rows * cols, dt),
-            out: w.output(out, rows * cols, dt),
-            rows,
-            cols,
-            dtype: f,
-        },
-        K::LayerNorm {
-            x,
-            residual,
-            gamma,
-            beta,
-            out,
-            rows,
-            cols,
-            eps,
-            ..
-        } => K::LayerNorm {
-            x: w.input(x, rows * cols, dt),
-            residual: residual.map(|r| w.input(r, rows * cols, dt)),
-            gamma: w.input(gamma, cols, dt),
-            beta: w.input(beta, cols, dt),
-            out: w.output(out, rows * cols, dt),
-            rows,
-            cols,
-            eps,
-            dtype: f,
-        },
-        K::BiasAct {
-            x,
-            bias,
-            out,
-            rows,
-            cols,
-            act,
-            ..
-        } => K::BiasAct {
-            x: w.input(x, rows * cols, dt),
-            bias: w.input(bias, cols, dt),
-            out: w.output(out, rows * cols, dt),
-            rows,
-            cols,
-            act,
-            dtype: f,
-        },
-        K::IndexSelect {
-            table,
-            ids,
-            out,
-            n_ids,
-            row_len,
-            table_rows,
-            ..
-        } => K::IndexSelect {
-            table: w.input(table, table_rows * row_len, dt),
-            ids,
-            out: w.output(out, n_ids * row_len, dt),
-            n_ids,
-            row_len,
-            table_rows,
-            dtype: f,
-        },
-        K::Reduce {
-            op,
-            x,
-            out,
-            outer,
-            axis,
-            inner,
-            ..
-        } => {
-            // An empty output reads nothing (and the input's size need not fit a usize).
-            let len = if outer * inner == 0 {
-                0
-            } else {
-                outer * axis * inner
-            };
-            K::Reduce {
-                op,
-                x: w.input(x, len, dt),
-                out: w.output(out, outer * inner, dt),
-                outer,
-                axis,
-                inner,
-                dtype: f,
-            }
-        }
-        K::Attention {
-            qkv,
-            mask,
-            packed,
-            out,
-            batch,
-            seq,
-            heads,
-            head_dim,
-            ..
-        } => {
-            let tokens = packed.map_or(batch * seq, |p| p.tokens);
-            K::Attention {
-                qkv: w.input(qkv, tokens * 3 * heads * head_dim, dt),
-                mask,
-                packed,
-                out: w.output(out, tokens * heads * head_dim, dt),
-                batch,
-                seq,
-                heads,
-                head_dim,
-                dtype: f,
-            }
-        }
-        // The mask and the output are `F32` already.
-        K::MeanPoolNorm {
-            x,
-            mask,
-            out,
-            batch,
-            seq,
-            dim,
-            ..
-        } => K::MeanPoolNorm {
-            x: w.input(x, batch * seq * dim, dt),
-            mask,
-            out,
-            batch,
-            seq,
-            dim,
-            dtype: f,
-        },
-        K::RmsNorm {
-            x,
-            gamma,
-            out,
-            rows,
-            cols,
-            eps,
-            ..
-        } => K::RmsNorm {
-            x: w.input(x, rows * cols, dt),
-            gamma: w.input(gamma, cols, dt),
-            out: w.output(out, rows * cols, dt),
-            rows,
-            cols,
-            eps,
-            dtype: f,
-        },
-        // The tables are `F32` already.
-        K::Rope {
-            x,
-            cos,
-            sin,
-            out,
-            batch,
-            seq,
-            heads,
-            head_dim,
-            rotated,
-            ..
-        } => {
-            let n = batch * seq * heads * head_dim;
-            K::Rope {
-                x: w.input(x, n, dt),
-                cos,
-                sin,
-                out: w.output(out, n, dt),
-                batch,
-                seq,
-                heads,
-                head_dim,
-                rotated,
-                dtype: f,
-            }
-        }
-        K::GatedAct {
-            x,
-            out,
-            rows,
-            cols,
-            act,
-            ..
-        } => K::GatedAct {
-            x: w.input(x, rows * 2 * cols, dt),
-            out: w.output(out, rows * cols, dt),
-            rows,
-            cols,
-            act,
-            dtype: f,
-        },
-        K::MeanPoolNormPacked {
-            x,
-            seqs,
-            out,
-            batch,
-            dim,
-            ..
-        } => K::MeanPoolNormPacked {
-            x: w.input(x, seqs.tokens * dim, dt),
-            seqs,
-            out,
-            batch,
-            dim,
-            dtype: f,
-        },
-        // No float dtype: `float_dtype` gave none, so run_if_half never hands these over.
-        K::Copy { .. } | K::Sleep { .. } | K::Cast { .. } => return,
+    // No float dtype: `float_dtype` gave none, so run_if_half never hands these over.
+    let Some(widened) = widen(kernel, &mut w, dt) else {
+        return;
     };
     super::kernels::run(&widened);
     w.store();
+}
+
+/// The `F32` version of a half `kernel` (of dtype `dt`): its inputs widened into `w`, its
+/// outputs in `w`'s buffers (stored back by [`Widened::store`]); `None` for the kernels
+/// without a float dtype.
+///
+/// # Safety
+/// As [`run_if_half`].
+unsafe fn widen(kernel: &Kernel, w: &mut Widened, dt: DType) -> Option<Kernel> {
+    use Kernel as K;
+    let f = DType::F32;
+    let widened = match kernel.clone() {
+        K::Fill(p) => K::Fill(Fill {
+            out: w.output(p.out, p.len, dt),
+            dtype: f,
+            ..p
+        }),
+        K::Matmul(p) => K::Matmul(widen_matmul(p, w, dt)),
+        K::Unary(p) => K::Unary(Unary {
+            x: w.input(p.x, p.len, dt),
+            out: w.output(p.out, p.len, dt),
+            dtype: f,
+            ..p
+        }),
+        K::Binary(mut p) => {
+            p.a.ptr = w.input(p.a.ptr, strided_extent(&p.shape, &p.a.strides), dt);
+            p.b.ptr = w.input(p.b.ptr, strided_extent(&p.shape, &p.b.strides), dt);
+            let n = if p.shape.contains(&0) {
+                0
+            } else {
+                p.shape.iter().product()
+            };
+            K::Binary(Binary {
+                out: w.output(p.out, n, dt),
+                dtype: f,
+                ..p
+            })
+        }
+        K::Softmax(p) => K::Softmax(Softmax {
+            x: w.input(p.x, p.rows * p.cols, dt),
+            out: w.output(p.out, p.rows * p.cols, dt),
+            dtype: f,
+            ..p
+        }),
+        K::LayerNorm(p) => K::LayerNorm(LayerNorm {
+            x: w.input(p.x, p.rows * p.cols, dt),
+            residual: p.residual.map(|r| w.input(r, p.rows * p.cols, dt)),
+            gamma: w.input(p.gamma, p.cols, dt),
+            beta: w.input(p.beta, p.cols, dt),
+            out: w.output(p.out, p.rows * p.cols, dt),
+            dtype: f,
+            ..p
+        }),
+        K::BiasAct(p) => K::BiasAct(BiasAct {
+            x: w.input(p.x, p.len(), dt),
+            bias: w.input(p.bias, p.cols, dt),
+            out: w.output(p.out, p.len(), dt),
+            dtype: f,
+            ..p
+        }),
+        K::IndexSelect(p) => K::IndexSelect(IndexSelect {
+            table: w.input(p.table, p.table_rows * p.row_len, dt),
+            out: w.output(p.out, p.len(), dt),
+            dtype: f,
+            ..p
+        }),
+        K::Reduce(p) => {
+            // An empty output reads nothing (and the input's size need not fit a usize).
+            let len = if p.outputs() == 0 {
+                0
+            } else {
+                p.outer * p.axis * p.inner
+            };
+            K::Reduce(Reduce {
+                x: w.input(p.x, len, dt),
+                out: w.output(p.out, p.outputs(), dt),
+                dtype: f,
+                ..p
+            })
+        }
+        K::Attention(p) => {
+            let tokens = p.packed.map_or(p.batch * p.seq, |s| s.tokens);
+            let width = p.heads * p.head_dim;
+            K::Attention(Attention {
+                qkv: w.input(p.qkv, tokens * 3 * width, dt),
+                out: w.output(p.out, tokens * width, dt),
+                dtype: f,
+                ..p
+            })
+        }
+        // The mask and the output are `F32` already.
+        K::MeanPoolNorm(p) => K::MeanPoolNorm(MeanPoolNorm {
+            x: w.input(p.x, p.batch * p.seq * p.dim, dt),
+            dtype: f,
+            ..p
+        }),
+        K::RmsNorm(p) => K::RmsNorm(RmsNorm {
+            x: w.input(p.x, p.rows * p.cols, dt),
+            gamma: w.input(p.gamma, p.cols, dt),
+            out: w.output(p.out, p.rows * p.cols, dt),
+            dtype: f,
+            ..p
+        }),
+        // The tables are `F32` already.
+        K::Rope(p) => {
+            let n = p.batch * p.seq * p.heads * p.head_dim;
+            K::Rope(Rope {
+                x: w.input(p.x, n, dt),
+                out: w.output(p.out, n, dt),
+                dtype: f,
+                ..p
+            })
+        }
+        K::GatedAct(p) => K::GatedAct(GatedAct {
+            x: w.input(p.x, p.rows * 2 * p.cols, dt),
+            out: w.output(p.out, p.rows * p.cols, dt),
+            dtype: f,
+            ..p
+        }),
+        // The output is `F32` already.
+        K::MeanPoolNormPacked(p) => K::MeanPoolNormPacked(MeanPoolNormPacked {
+            x: w.input(p.x, p.seqs.tokens * p.dim, dt),
+            dtype: f,
+            ..p
+        }),
+        K::Copy(_) | K::Sleep { .. } | K::Cast(_) => return None,
+    };
+    Some(widened)
+}
+
+/// [`widen`] of a product.
+///
+/// # Safety
+/// As [`run_if_half`].
+unsafe fn widen_matmul(p: Matmul, w: &mut Widened, dt: DType) -> Matmul {
+    let (batch, m, n, k) = (p.batch, p.m, p.n, p.k);
+    Matmul {
+        // The widened copy is a temporary: nothing to keep packed.
+        b_pack: None,
+        bias: p.bias.map(|b| w.input(b, n, dt)),
+        // The CPU backend never fuses a residual (`fuses_matmul_residual` is false).
+        residual: None,
+        a: MatOperand {
+            ptr: w.input(p.a.ptr, mat_extent(&p.a, batch, m, k), dt),
+            ..p.a
+        },
+        b: MatOperand {
+            ptr: w.input(p.b.ptr, mat_extent(&p.b, batch, k, n), dt),
+            ..p.b
+        },
+        out: w.output(p.out, batch * m * n, dt),
+        dtype: DType::F32,
+        ..p
+    }
 }
 
 /// `Kernel::IndexSelect` on 2-byte values (f16, bf16): rows of `table` by `ids`, zeros (+0)

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use super::pool::{with_hook, Hook, Pool};
 use crate::backend::{BackendGraph, BackendPinned, DevicePtr};
 use crate::dtype::{as_bytes, as_bytes_mut};
-use crate::kernel::{Kernel, Strided};
+use crate::kernel::{Kernel, Strided, StridedCopy};
 use crate::shape::{contiguous_strides, Dims};
 use crate::storage::Storage;
 use crate::sync::Mutex;
@@ -211,7 +211,7 @@ impl Graph {
         let _queued_together = self.replay_lock.lock();
         for (t, st) in inputs.iter().zip(&self.inputs) {
             t.storage().prepare_use(&self.stream)?;
-            let copy = Kernel::Copy {
+            let copy = Kernel::Copy(StridedCopy {
                 src: Strided {
                     ptr: t.ptr(),
                     strides: t.layout().strides.clone(),
@@ -219,7 +219,7 @@ impl Graph {
                 shape: Dims::from_slice(&st.shape),
                 out: st.ptr,
                 elem_size: st.dtype.size(),
-            };
+            });
             // SAFETY: `t` is alive and was prepared on this stream (its free guards cover the
             // read); the static input is pool memory of the right size, held by the graph.
             unsafe { self.stream.inner.launch(copy)? };
@@ -239,11 +239,13 @@ impl Graph {
                 Dims::from_slice(&o.shape),
                 o.dtype.size(),
             );
-            let out = launch_on(&self.stream, &[], spec, |p| Kernel::Copy {
-                src: Strided { ptr, strides },
-                shape,
-                out: p,
-                elem_size,
+            let out = launch_on(&self.stream, &[], spec, |p| {
+                Kernel::Copy(StridedCopy {
+                    src: Strided { ptr, strides },
+                    shape,
+                    out: p,
+                    elem_size,
+                })
             })?;
             outs.push(out);
         }

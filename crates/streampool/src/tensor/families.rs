@@ -3,7 +3,7 @@
 //! shares each key/value head between several query heads).
 
 use super::{launch, Layout, Tensor};
-use crate::kernel::{GateActivation, Kernel};
+use crate::kernel::{GateActivation, GatedAct, Kernel, RmsNorm, Rope};
 use crate::{DType, Error, Result};
 
 impl Tensor {
@@ -61,7 +61,7 @@ impl Tensor {
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (px, pg, dtype) = (x.ptr(), g.ptr(), x.dtype());
         launch(self.device(), &[&x, &g], x.out_like(x.dims()), |o| {
-            Kernel::RmsNorm {
+            Kernel::RmsNorm(RmsNorm {
                 x: px,
                 gamma: pg,
                 out: o,
@@ -69,7 +69,7 @@ impl Tensor {
                 cols,
                 eps,
                 dtype,
-            }
+            })
         })
     }
 
@@ -157,7 +157,7 @@ impl Tensor {
         let (c, s) = (cos.as_contiguous()?, sin.as_contiguous()?);
         let (px, pc, ps, dtype) = (x.ptr(), c.ptr(), s.ptr(), x.dtype());
         launch(self.device(), &[&x, &c, &s], x.out_like(x.dims()), |o| {
-            Kernel::Rope {
+            Kernel::Rope(Rope {
                 x: px,
                 cos: pc,
                 sin: ps,
@@ -168,7 +168,7 @@ impl Tensor {
                 head_dim,
                 rotated,
                 dtype,
-            }
+            })
         })
     }
 
@@ -204,14 +204,14 @@ impl Tensor {
         *shape.last_mut().expect("rank >= 1, checked above") = cols;
         let (px, dtype) = (x.ptr(), x.dtype());
         launch(self.device(), &[&x], x.out_like(&shape), |o| {
-            Kernel::GatedAct {
+            Kernel::GatedAct(GatedAct {
                 x: px,
                 out: o,
                 rows,
                 cols,
                 act,
                 dtype,
-            }
+            })
         })
     }
 }

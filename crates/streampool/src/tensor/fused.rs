@@ -4,7 +4,9 @@
 use smallvec::smallvec;
 
 use super::{launch, Inputs, OutSpec, Tensor};
-use crate::kernel::{Activation, Kernel, MatmulMath, SeqOffsets};
+use crate::kernel::{
+    Activation, Attention, Kernel, MatmulMath, MeanPoolNorm, MeanPoolNormPacked, SeqOffsets,
+};
 use crate::{DType, Error, Result};
 
 impl Tensor {
@@ -150,16 +152,18 @@ impl Tensor {
         let mut inputs: Inputs = smallvec![&*x];
         inputs.extend(m.as_deref());
         let spec = x.out_like(&[batch, seq, heads * head_dim]);
-        launch(self.device(), &inputs, spec, |o| Kernel::Attention {
-            qkv: px,
-            mask: pm,
-            packed: None,
-            out: o,
-            batch,
-            seq,
-            heads,
-            head_dim,
-            dtype,
+        launch(self.device(), &inputs, spec, |o| {
+            Kernel::Attention(Attention {
+                qkv: px,
+                mask: pm,
+                packed: None,
+                out: o,
+                batch,
+                seq,
+                heads,
+                head_dim,
+                dtype,
+            })
         })
     }
 
@@ -191,7 +195,7 @@ impl Tensor {
         let (x, m) = (self.as_contiguous()?, mask.as_contiguous()?);
         let (px, pm, dtype) = (x.ptr(), m.ptr(), x.dtype());
         launch(self.device(), &[&x, &m], OutSpec::f32(&[batch, dim]), |o| {
-            Kernel::MeanPoolNorm {
+            Kernel::MeanPoolNorm(MeanPoolNorm {
                 x: px,
                 mask: pm,
                 out: o,
@@ -199,7 +203,7 @@ impl Tensor {
                 seq,
                 dim,
                 dtype,
-            }
+            })
         })
     }
 
@@ -267,16 +271,18 @@ impl Tensor {
         let (x, off) = (self.as_contiguous()?, offsets.as_contiguous()?);
         let (px, po, dtype) = (x.ptr(), off.ptr(), x.dtype());
         let spec = x.out_like(&[tokens, heads * head_dim]);
-        launch(self.device(), &[&x, &off], spec, |o| Kernel::Attention {
-            qkv: px,
-            mask: None,
-            packed: Some(SeqOffsets { ptr: po, tokens }),
-            out: o,
-            batch,
-            seq: max_len.min(tokens),
-            heads,
-            head_dim,
-            dtype,
+        launch(self.device(), &[&x, &off], spec, |o| {
+            Kernel::Attention(Attention {
+                qkv: px,
+                mask: None,
+                packed: Some(SeqOffsets { ptr: po, tokens }),
+                out: o,
+                batch,
+                seq: max_len.min(tokens),
+                heads,
+                head_dim,
+                dtype,
+            })
         })
     }
 
@@ -310,13 +316,15 @@ impl Tensor {
             self.device(),
             &[&x, &off],
             OutSpec::f32(&[batch, dim]),
-            |o| Kernel::MeanPoolNormPacked {
-                x: px,
-                seqs: SeqOffsets { ptr: po, tokens },
-                out: o,
-                batch,
-                dim,
-                dtype,
+            |o| {
+                Kernel::MeanPoolNormPacked(MeanPoolNormPacked {
+                    x: px,
+                    seqs: SeqOffsets { ptr: po, tokens },
+                    out: o,
+                    batch,
+                    dim,
+                    dtype,
+                })
             },
         )
     }

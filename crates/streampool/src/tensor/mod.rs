@@ -18,7 +18,7 @@ use rand_distr::{Distribution, Normal, Uniform};
 
 use crate::backend::DevicePtr;
 use crate::dtype::{as_bytes, as_bytes_mut};
-use crate::kernel::Kernel;
+use crate::kernel::{Cast, Fill, Kernel};
 use crate::storage::Storage;
 use crate::sync::Arc;
 use crate::{DType, Device, Element, Error, Result, Stream};
@@ -209,11 +209,13 @@ impl Tensor {
     /// An `f32` tensor filled with `value`.
     pub fn full(value: f32, shape: &[usize], device: &Device) -> Result<Tensor> {
         let len = checked_elem_count("full", shape)?;
-        launch(device, &[], OutSpec::f32(shape), |o| Kernel::Fill {
-            out: o,
-            len,
-            value,
-            dtype: DType::F32,
+        launch(device, &[], OutSpec::f32(shape), |o| {
+            Kernel::Fill(Fill {
+                out: o,
+                len,
+                value,
+                dtype: DType::F32,
+            })
         })
     }
 
@@ -335,12 +337,14 @@ impl Tensor {
             shape: Dims::from_slice(x.dims()),
             dtype,
         };
-        launch(self.device(), &[&x], spec, |o| Kernel::Cast {
-            x: ptr,
-            out: o,
-            len,
-            from,
-            to: dtype,
+        launch(self.device(), &[&x], spec, |o| {
+            Kernel::Cast(Cast {
+                x: ptr,
+                out: o,
+                len,
+                from,
+                to: dtype,
+            })
         })
     }
 

@@ -7,7 +7,8 @@ use smallvec::smallvec;
 
 use super::{launch, Dims, Inputs, Layout, OutSpec, Tensor};
 use crate::kernel::{
-    Activation, BinaryOp, Kernel, MatOperand, MatmulMath, ReduceOp, Strided, UnaryOp,
+    Activation, BiasAct, Binary, BinaryOp, IndexSelect, Kernel, LayerNorm, MatOperand, Matmul,
+    MatmulMath, Reduce, ReduceOp, Softmax, Strided, StridedCopy, Unary, UnaryOp,
 };
 use crate::{DType, Error, Result};
 
@@ -77,14 +78,16 @@ impl Tensor {
             shape: l.shape.clone(),
             dtype: self.dtype(),
         };
-        launch(self.device(), &[self], spec, |o| Kernel::Copy {
-            src: Strided {
-                ptr,
-                strides: l.strides.clone(),
-            },
-            shape: l.shape.clone(),
-            out: o,
-            elem_size,
+        launch(self.device(), &[self], spec, |o| {
+            Kernel::Copy(StridedCopy {
+                src: Strided {
+                    ptr,
+                    strides: l.strides.clone(),
+                },
+                shape: l.shape.clone(),
+                out: o,
+                elem_size,
+            })
         })
     }
 
@@ -341,7 +344,7 @@ impl Tensor {
         inputs.extend(bias.as_deref());
         inputs.extend(residual.as_deref());
         launch(self.device(), &inputs, self.out_like(&shape), |o| {
-            Kernel::Matmul {
+            Kernel::Matmul(Matmul {
                 a: ao,
                 b: bo,
                 b_pack,
@@ -355,7 +358,7 @@ impl Tensor {
                 k,
                 dtype,
                 math,
-            }
+            })
         })
     }
 
@@ -387,19 +390,21 @@ impl Tensor {
         let sb = rhs.layout().broadcast_strides(&shape)?;
         let (pa, pb) = (self.ptr(), rhs.ptr());
         let (spec, dtype) = (self.out_like(&shape), self.dtype());
-        launch(self.device(), &[self, rhs], spec, |o| Kernel::Binary {
-            op,
-            a: Strided {
-                ptr: pa,
-                strides: sa,
-            },
-            b: Strided {
-                ptr: pb,
-                strides: sb,
-            },
-            shape,
-            out: o,
-            dtype,
+        launch(self.device(), &[self, rhs], spec, |o| {
+            Kernel::Binary(Binary {
+                op,
+                a: Strided {
+                    ptr: pa,
+                    strides: sa,
+                },
+                b: Strided {
+                    ptr: pb,
+                    strides: sb,
+                },
+                shape,
+                out: o,
+                dtype,
+            })
         })
     }
 
@@ -429,13 +434,13 @@ impl Tensor {
         let x = self.as_contiguous()?;
         let (ptr, len, dtype) = (x.ptr(), x.elem_count(), x.dtype());
         launch(self.device(), &[&x], x.out_like(x.dims()), |o| {
-            Kernel::Unary {
+            Kernel::Unary(Unary {
                 op,
                 x: ptr,
                 out: o,
                 len,
                 dtype,
-            }
+            })
         })
     }
 
@@ -491,13 +496,13 @@ impl Tensor {
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (ptr, dtype) = (x.ptr(), x.dtype());
         launch(self.device(), &[&x], x.out_like(x.dims()), |o| {
-            Kernel::Softmax {
+            Kernel::Softmax(Softmax {
                 x: ptr,
                 out: o,
                 rows,
                 cols,
                 dtype,
-            }
+            })
         })
     }
 
@@ -570,7 +575,7 @@ impl Tensor {
         inputs.extend(r.as_deref());
         let dtype = x.dtype();
         launch(self.device(), &inputs, x.out_like(x.dims()), |o| {
-            Kernel::LayerNorm {
+            Kernel::LayerNorm(LayerNorm {
                 x: px,
                 residual: pr,
                 gamma: pg,
@@ -580,7 +585,7 @@ impl Tensor {
                 cols,
                 eps,
                 dtype,
-            }
+            })
         })
     }
 
@@ -608,7 +613,7 @@ impl Tensor {
         let rows = x.elem_count().checked_div(cols).unwrap_or(0);
         let (px, pb, dtype) = (x.ptr(), b.ptr(), x.dtype());
         launch(self.device(), &[&x, &b], x.out_like(x.dims()), |o| {
-            Kernel::BiasAct {
+            Kernel::BiasAct(BiasAct {
                 x: px,
                 bias: pb,
                 out: o,
@@ -616,7 +621,7 @@ impl Tensor {
                 cols,
                 act,
                 dtype,
-            }
+            })
         })
     }
 
@@ -647,7 +652,7 @@ impl Tensor {
         shape.push(row_len);
         let (pt, pi, dtype) = (t.ptr(), i.ptr(), t.dtype());
         launch(self.device(), &[&t, &i], t.out_like(&shape), |o| {
-            Kernel::IndexSelect {
+            Kernel::IndexSelect(IndexSelect {
                 table: pt,
                 ids: pi,
                 out: o,
@@ -655,7 +660,7 @@ impl Tensor {
                 row_len,
                 table_rows,
                 dtype,
-            }
+            })
         })
     }
 
@@ -710,7 +715,7 @@ impl Tensor {
         };
         let (ptr, dtype) = (x.ptr(), x.dtype());
         launch(self.device(), &[&x], x.out_like(&shape), |o| {
-            Kernel::Reduce {
+            Kernel::Reduce(Reduce {
                 op,
                 x: ptr,
                 out: o,
@@ -718,7 +723,7 @@ impl Tensor {
                 axis: len,
                 inner,
                 dtype,
-            }
+            })
         })
     }
 

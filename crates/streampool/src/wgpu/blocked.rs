@@ -58,18 +58,11 @@ impl Spec {
     /// The WGSL body (after the storage type `T` and `prelude.wgsl`).
     pub(crate) fn source(&self) -> String {
         use std::fmt::Write;
-        let Spec { bm, bn, bk, layout } = *self;
+        let Spec { bm, bn, bk, .. } = *self;
         assert!(valid(bm, bn, bk), "blocked matmul {bm}x{bn}x{bk}");
-        let (tm, tn) = (bm / 16, bn / 16);
-        let (gm, gn) = (tm / 4, tn / 4);
-        let aligned = layout != Layout::Generic;
-        let elem = if aligned { "vec4<T>" } else { "T" };
-        let reg = if aligned { "vec4<f32>" } else { "f32" };
-        let zero = if aligned { "vec4<f32>(0.0)" } else { "0.0" };
-        // Values (vec4s when aligned) each invocation loads per slice, for A and for B.
-        let per = if aligned { 4 } else { 1 };
-        let (na, nb) = (bm * bk / per, bn * bk / per);
-        let (ra, rb) = (na.div_ceil(256), nb.div_ceil(256));
+        let g = self.geometry();
+        let elem = if g.aligned { "vec4<T>" } else { "T" };
+        let (load, stage) = (self.load(&g), self.stage(&g));
         let mut s = String::new();
         let w = &mut s;
         // `write!` into a String cannot fail.
@@ -83,6 +76,55 @@ impl Spec {
         l!("var<workgroup> sb: array<vec4<f32>, {}>;", bk * bn / 4);
         l!("@compute @workgroup_size(256)");
         l!("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {{");
+        w.push_str(&self.setup(&g));
+        l!("var k0 = 0u;");
+        w.push_str(&load);
+        l!("let slices = (k + {}u) / {bk}u;", bk - 1);
+        l!("for (var t = 0u; t < slices; t++) {{");
+        w.push_str(&stage);
+        l!("workgroupBarrier();");
+        l!("k0 = k0 + {bk}u;");
+        w.push_str(&load);
+        w.push_str(&self.products(&g));
+        l!("workgroupBarrier();");
+        l!("}}");
+        w.push_str(&self.epilogue(&g));
+        l!("}}");
+        s
+    }
+
+    /// The sizes the generated code is written in (see the module docs).
+    fn geometry(&self) -> Geometry {
+        let Spec { bm, bn, bk, layout } = *self;
+        let (tm, tn) = (bm / 16, bn / 16);
+        let aligned = layout != Layout::Generic;
+        // Values (vec4s when aligned) each invocation loads per slice, for A and for B.
+        let per = if aligned { 4 } else { 1 };
+        let (na, nb) = (bm * bk / per, bn * bk / per);
+        Geometry {
+            tm,
+            gm: tm / 4,
+            gn: tn / 4,
+            aligned,
+            na,
+            nb,
+            ra: na.div_ceil(256),
+            rb: nb.div_ceil(256),
+        }
+    }
+
+    /// The start of the entry point: its parameters, where each invocation's loads land in
+    /// the tiles, and the accumulators.
+    fn setup(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let Spec { bm, bn, bk, layout } = *self;
+        let (tm, gn, aligned, ra, rb) = (g.tm, g.gn, g.aligned, g.ra, g.rb);
+        let reg = if aligned { "vec4<f32>" } else { "f32" };
+        let mut s = String::new();
+        let w = &mut s;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
+        }
         l!("let m = prm(0u); let n = prm(1u); let k = prm(2u);");
         l!("let bi = wid.z + prm(3u);");
         l!("let row0 = wid.y * {bm}u; let col0 = wid.x * {bn}u;");
@@ -131,97 +173,114 @@ impl Spec {
                 l!("var c{i}_{h} = vec4<f32>(0.0);");
             }
         }
-        // Global loads of the slice at `k0` into the prefetch registers.
+        s
+    }
+
+    /// Global loads of the slice at `k0` into the prefetch registers.
+    fn load(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let (aligned, na, nb, ra, rb) = (g.aligned, g.na, g.nb, g.ra, g.rb);
+        let layout = self.layout;
+        let zero = if aligned { "vec4<f32>(0.0)" } else { "0.0" };
         let mut load = String::new();
-        {
-            let w = &mut load;
-            macro_rules! l {
-                ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
-            }
-            for r in 0..ra {
-                let live = if !na.is_multiple_of(256) {
-                    format!("ea{r} < {na}u && ")
-                } else {
-                    String::new()
-                };
-                l!("pa{r} = {zero};");
-                l!("if ({live}row0 + ma{r} < m && k0 + ka{r} < k) {{");
-                if aligned {
-                    l!("pa{r} = vec4<f32>(a[(abase + (row0 + ma{r}) * ars + k0 + ka{r}) / 4u]);");
-                } else {
-                    l!("pa{r} = f32(a[abase + (row0 + ma{r}) * ars + (k0 + ka{r}) * acs]);");
-                }
-                l!("}}");
-            }
-            for r in 0..rb {
-                let live = if !nb.is_multiple_of(256) {
-                    format!("eb{r} < {nb}u && ")
-                } else {
-                    String::new()
-                };
-                l!("pb{r} = {zero};");
-                l!("if ({live}col0 + nb{r} < n && k0 + kb{r} < k) {{");
-                match layout {
-                    Layout::Generic => {
-                        l!("pb{r} = f32(b[bbase + (k0 + kb{r}) * brs + (col0 + nb{r}) * bcs]);")
-                    }
-                    Layout::AlongK => l!(
-                        "pb{r} = vec4<f32>(b[(bbase + (col0 + nb{r}) * bcs + k0 + kb{r}) / 4u]);"
-                    ),
-                    Layout::BAlongN => l!(
-                        "pb{r} = vec4<f32>(b[(bbase + (k0 + kb{r}) * brs + col0 + nb{r}) / 4u]);"
-                    ),
-                }
-                l!("}}");
-            }
+        let w = &mut load;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
         }
-        // Stores of the prefetch registers into the workgroup tiles (`sa[k][m]`, `sb[k][n]`).
-        let mut stage = String::new();
-        {
-            let w = &mut stage;
-            macro_rules! l {
-                ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
-            }
-            let guard = |e: &str, r: u32, total: u32| {
-                if !total.is_multiple_of(256) {
-                    format!("if ({e}{r} < {total}u) ")
-                } else {
-                    String::new()
-                }
+        for r in 0..ra {
+            let live = if !na.is_multiple_of(256) {
+                format!("ea{r} < {na}u && ")
+            } else {
+                String::new()
             };
-            for r in 0..ra {
-                let g = guard("ea", r, na);
-                if aligned {
-                    for c in 0..4 {
-                        l!("{g}{{ sa[((ka{r} + {c}u) * {bm}u + ma{r}) / 4u][ma{r} % 4u] = pa{r}[{c}]; }}");
-                    }
-                } else {
-                    l!("{g}{{ sa[(ka{r} * {bm}u + ma{r}) / 4u][ma{r} % 4u] = pa{r}; }}");
+            l!("pa{r} = {zero};");
+            l!("if ({live}row0 + ma{r} < m && k0 + ka{r} < k) {{");
+            if aligned {
+                l!("pa{r} = vec4<f32>(a[(abase + (row0 + ma{r}) * ars + k0 + ka{r}) / 4u]);");
+            } else {
+                l!("pa{r} = f32(a[abase + (row0 + ma{r}) * ars + (k0 + ka{r}) * acs]);");
+            }
+            l!("}}");
+        }
+        for r in 0..rb {
+            let live = if !nb.is_multiple_of(256) {
+                format!("eb{r} < {nb}u && ")
+            } else {
+                String::new()
+            };
+            l!("pb{r} = {zero};");
+            l!("if ({live}col0 + nb{r} < n && k0 + kb{r} < k) {{");
+            match layout {
+                Layout::Generic => {
+                    l!("pb{r} = f32(b[bbase + (k0 + kb{r}) * brs + (col0 + nb{r}) * bcs]);")
+                }
+                Layout::AlongK => {
+                    l!("pb{r} = vec4<f32>(b[(bbase + (col0 + nb{r}) * bcs + k0 + kb{r}) / 4u]);")
+                }
+                Layout::BAlongN => {
+                    l!("pb{r} = vec4<f32>(b[(bbase + (k0 + kb{r}) * brs + col0 + nb{r}) / 4u]);")
                 }
             }
-            for r in 0..rb {
-                let g = guard("eb", r, nb);
-                match layout {
-                    Layout::Generic => {
-                        l!("{g}{{ sb[(kb{r} * {bn}u + nb{r}) / 4u][nb{r} % 4u] = pb{r}; }}")
-                    }
-                    Layout::AlongK => {
-                        for c in 0..4 {
-                            l!("{g}{{ sb[((kb{r} + {c}u) * {bn}u + nb{r}) / 4u][nb{r} % 4u] = pb{r}[{c}]; }}");
-                        }
-                    }
-                    Layout::BAlongN => l!("{g}{{ sb[(kb{r} * {bn}u + nb{r}) / 4u] = pb{r}; }}"),
+            l!("}}");
+        }
+        load
+    }
+
+    /// Stores of the prefetch registers into the workgroup tiles (`sa[k][m]`, `sb[k][n]`).
+    fn stage(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let Spec { bm, bn, layout, .. } = *self;
+        let (aligned, na, nb, ra, rb) = (g.aligned, g.na, g.nb, g.ra, g.rb);
+        let mut stage = String::new();
+        let w = &mut stage;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
+        }
+        let guard = |e: &str, r: u32, total: u32| {
+            if !total.is_multiple_of(256) {
+                format!("if ({e}{r} < {total}u) ")
+            } else {
+                String::new()
+            }
+        };
+        for r in 0..ra {
+            let g = guard("ea", r, na);
+            if aligned {
+                for c in 0..4 {
+                    l!("{g}{{ sa[((ka{r} + {c}u) * {bm}u + ma{r}) / 4u][ma{r} % 4u] = pa{r}[{c}]; }}");
                 }
+            } else {
+                l!("{g}{{ sa[(ka{r} * {bm}u + ma{r}) / 4u][ma{r} % 4u] = pa{r}; }}");
             }
         }
-        l!("var k0 = 0u;");
-        w.push_str(&load);
-        l!("let slices = (k + {}u) / {bk}u;", bk - 1);
-        l!("for (var t = 0u; t < slices; t++) {{");
-        w.push_str(&stage);
-        l!("workgroupBarrier();");
-        l!("k0 = k0 + {bk}u;");
-        w.push_str(&load);
+        for r in 0..rb {
+            let g = guard("eb", r, nb);
+            match layout {
+                Layout::Generic => {
+                    l!("{g}{{ sb[(kb{r} * {bn}u + nb{r}) / 4u][nb{r} % 4u] = pb{r}; }}")
+                }
+                Layout::AlongK => {
+                    for c in 0..4 {
+                        l!("{g}{{ sb[((kb{r} + {c}u) * {bn}u + nb{r}) / 4u][nb{r} % 4u] = pb{r}[{c}]; }}");
+                    }
+                }
+                Layout::BAlongN => l!("{g}{{ sb[(kb{r} * {bn}u + nb{r}) / 4u] = pb{r}; }}"),
+            }
+        }
+        stage
+    }
+
+    /// The products of one slice: a `vec4` of A and of B per step along it, into every
+    /// accumulator.
+    fn products(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let Spec { bm, bn, bk, .. } = *self;
+        let (gm, gn) = (g.gm, g.gn);
+        let mut s = String::new();
+        let w = &mut s;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
+        }
         for kk in 0..bk {
             l!("{{");
             for g in 0..gm {
@@ -240,8 +299,18 @@ impl Spec {
             }
             l!("}}");
         }
-        l!("workgroupBarrier();");
-        l!("}}");
+        s
+    }
+
+    /// The stores of the accumulators through the epilogue (bias, activation).
+    fn epilogue(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let (gm, gn, aligned) = (g.gm, g.gn, g.aligned);
+        let mut s = String::new();
+        let w = &mut s;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
+        }
         l!("let obase = prm(12u) + bi * m * n;");
         for g in 0..gm {
             for c in 0..4 {
@@ -262,7 +331,22 @@ impl Spec {
                 l!("}} }}");
             }
         }
-        l!("}}");
         s
     }
+}
+
+/// The sizes a [`Spec`]'s code is written in: accumulator rows per invocation `tm`, groups
+/// of four rows `gm` and of four columns `gn`, whether the operands are `vec4`s, and values
+/// (vec4s when aligned) of A and of B per slice in all (`na`, `nb`) and per invocation
+/// (`ra`, `rb`).
+#[derive(Clone, Copy)]
+struct Geometry {
+    tm: u32,
+    gm: u32,
+    gn: u32,
+    aligned: bool,
+    na: u32,
+    nb: u32,
+    ra: u32,
+    rb: u32,
 }

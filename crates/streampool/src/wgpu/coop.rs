@@ -105,27 +105,12 @@ impl Spec {
     /// The WGSL body (after the header, `prelude.wgsl` and `epilogue.wgsl`).
     pub(crate) fn source(&self) -> String {
         use std::fmt::Write;
-        let Spec {
-            bm,
-            bn,
-            bk,
-            layout,
-            emulate,
-        } = *self;
+        let Spec { bm, bn, bk, .. } = *self;
         assert!(valid(bm, bn, bk), "coop matmul {bm}x{bn}x{bk}");
-        let (wm, wn) = self.grid();
-        let (sm, sn) = (bm / wm, bn / wn);
-        let (fm, fnn) = (sm / 16, sn / 16);
-        let sk = self.sk();
-        let snb = bn + 8;
-        let (a_elems, b_elems) = self.tile_elems();
-        let aligned = layout != Layout::Generic;
-        let elem = if aligned { "vec4<T>" } else { "T" };
-        let per = if aligned { 4 } else { 1 };
-        let (na, nb) = (bm * bk / per, bn * bk / per);
-        // Every tile here holds a multiple of 256 values: no invocation idles in a load.
-        debug_assert!(na.is_multiple_of(256) && nb.is_multiple_of(256));
-        let (ra, rb) = (na / 256, nb / 256);
+        let g = self.geometry();
+        let (a_elems, b_elems) = (g.a_elems, g.b_elems);
+        let elem = if g.aligned { "vec4<T>" } else { "T" };
+        let (load, stage, mma) = (self.load(&g), self.stage(&g), self.mma(&g));
         let mut s = String::new();
         let w = &mut s;
         // `write!` into a String cannot fail.
@@ -139,12 +124,84 @@ impl Spec {
         l!("var<workgroup> sb: array<f16, {}>;", 2 * b_elems);
         l!("var<workgroup> sc: array<f32, 2048>;");
         l!("@compute @workgroup_size(256)");
-        if emulate {
-            l!("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {{");
-            l!("let sg = li / 32u; let lane = li % 32u;");
+        // On matrix units, the subgroup and the lane are the driver's; emulated, invocations
+        // in runs of 32.
+        let subgroups = if self.emulate {
+            ""
         } else {
-            l!("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32,");
-            l!("        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {{");
+            ",\n        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32"
+        };
+        l!("fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32{subgroups}) {{");
+        if self.emulate {
+            l!("let sg = li / 32u; let lane = li % 32u;");
+        }
+        w.push_str(&self.setup(&g));
+        // Slice 0 into buffer 0, then one barrier a slice (see the module docs).
+        l!("var k0 = 0u;");
+        w.push_str(&load);
+        l!("{{ let nxa = 0u; let nxb = 0u;");
+        w.push_str(&stage);
+        l!("}}");
+        l!("workgroupBarrier();");
+        l!("let slices = (k + {}u) / {bk}u;", bk - 1);
+        l!("for (var t = 0u; t < slices; t++) {{");
+        l!("let ca = (t % 2u) * {a_elems}u; let cb = (t % 2u) * {b_elems}u;");
+        l!("let nxa = {a_elems}u - ca; let nxb = {b_elems}u - cb;");
+        l!("k0 = k0 + {bk}u;");
+        w.push_str(&load);
+        w.push_str(&mma);
+        w.push_str(&stage);
+        l!("workgroupBarrier();");
+        l!("}}");
+        w.push_str(&self.epilogue(&g));
+        l!("}}");
+        s
+    }
+
+    /// The sizes the generated code is written in (see the module docs).
+    fn geometry(&self) -> Geometry {
+        let Spec { bm, bn, bk, .. } = *self;
+        let (wm, wn) = self.grid();
+        let (sm, sn) = (bm / wm, bn / wn);
+        let (a_elems, b_elems) = self.tile_elems();
+        let aligned = self.layout != Layout::Generic;
+        let per = if aligned { 4 } else { 1 };
+        let (na, nb) = (bm * bk / per, bn * bk / per);
+        // Every tile here holds a multiple of 256 values: no invocation idles in a load.
+        debug_assert!(na.is_multiple_of(256) && nb.is_multiple_of(256));
+        Geometry {
+            wn,
+            sm,
+            sn,
+            fm: sm / 16,
+            fnn: sn / 16,
+            sk: self.sk(),
+            snb: bn + 8,
+            a_elems,
+            b_elems,
+            aligned,
+            ra: na / 256,
+            rb: nb / 256,
+        }
+    }
+
+    /// The start of the entry point: its parameters, where each invocation's loads land in
+    /// the tiles, and the accumulators.
+    fn setup(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let Spec {
+            bm,
+            bn,
+            bk,
+            layout,
+            emulate,
+        } = *self;
+        let (wn, sm, sn, fm, fnn) = (g.wn, g.sm, g.sn, g.fm, g.fnn);
+        let (aligned, ra, rb) = (g.aligned, g.ra, g.rb);
+        let mut s = String::new();
+        let w = &mut s;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
         }
         l!("let m = prm(0u); let n = prm(1u); let k = prm(2u);");
         l!("let bi = wid.z + prm(3u);");
@@ -201,182 +258,191 @@ impl Spec {
                 }
             }
         }
-        // Global loads of the slice at `k0` into the prefetch registers (zero outside).
+        s
+    }
+
+    /// Global loads of the slice at `k0` into the prefetch registers (zero outside).
+    fn load(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let (aligned, ra, rb) = (g.aligned, g.ra, g.rb);
+        let layout = self.layout;
         let mut load = String::new();
-        {
-            let w = &mut load;
-            macro_rules! l {
-                ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
-            }
-            let zero = if aligned { "vec4<T>(0.0)" } else { "T(0.0)" };
-            for r in 0..ra {
-                l!("pa{r} = {zero};");
-                l!("if (row0 + ma{r} < m && k0 + ka{r} < k) {{");
-                if aligned {
-                    l!("pa{r} = a[(abase + (row0 + ma{r}) * ars + k0 + ka{r}) / 4u];");
-                } else {
-                    l!("pa{r} = a[abase + (row0 + ma{r}) * ars + (k0 + ka{r}) * acs];");
-                }
-                l!("}}");
-            }
-            let zero = if layout == Layout::Generic {
-                "T(0.0)"
+        let w = &mut load;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
+        }
+        let zero = if aligned { "vec4<T>(0.0)" } else { "T(0.0)" };
+        for r in 0..ra {
+            l!("pa{r} = {zero};");
+            l!("if (row0 + ma{r} < m && k0 + ka{r} < k) {{");
+            if aligned {
+                l!("pa{r} = a[(abase + (row0 + ma{r}) * ars + k0 + ka{r}) / 4u];");
             } else {
-                "vec4<T>(0.0)"
-            };
-            for r in 0..rb {
-                l!("pb{r} = {zero};");
-                l!("if (col0 + nb{r} < n && k0 + kb{r} < k) {{");
-                match layout {
-                    Layout::Generic => {
-                        l!("pb{r} = b[bbase + (k0 + kb{r}) * brs + (col0 + nb{r}) * bcs];")
+                l!("pa{r} = a[abase + (row0 + ma{r}) * ars + (k0 + ka{r}) * acs];");
+            }
+            l!("}}");
+        }
+        let zero = if layout == Layout::Generic {
+            "T(0.0)"
+        } else {
+            "vec4<T>(0.0)"
+        };
+        for r in 0..rb {
+            l!("pb{r} = {zero};");
+            l!("if (col0 + nb{r} < n && k0 + kb{r} < k) {{");
+            match layout {
+                Layout::Generic => {
+                    l!("pb{r} = b[bbase + (k0 + kb{r}) * brs + (col0 + nb{r}) * bcs];")
+                }
+                Layout::AlongK => {
+                    l!("pb{r} = b[(bbase + (col0 + nb{r}) * bcs + k0 + kb{r}) / 4u];")
+                }
+                Layout::BAlongN => {
+                    l!("pb{r} = b[(bbase + (k0 + kb{r}) * brs + col0 + nb{r}) / 4u];")
+                }
+            }
+            l!("}}");
+        }
+        load
+    }
+
+    /// Stores of the prefetch registers into the tile buffer at `sa[nxa..]`, `sb[nxb..]`.
+    fn stage(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let (sk, snb, aligned, ra, rb) = (g.sk, g.snb, g.aligned, g.ra, g.rb);
+        let mut stage = String::new();
+        let w = &mut stage;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
+        }
+        for r in 0..ra {
+            if aligned {
+                l!("{{ let q = nxa + ma{r} * {sk}u + ka{r};");
+                for c in 0..4 {
+                    l!("sa[q + {c}u] = pa{r}[{c}];");
+                }
+                l!("}}");
+            } else {
+                l!("sa[nxa + ma{r} * {sk}u + ka{r}] = pa{r};");
+            }
+        }
+        for r in 0..rb {
+            match self.layout {
+                Layout::Generic => l!("sb[nxb + nb{r} * {sk}u + kb{r}] = pb{r};"),
+                Layout::AlongK => {
+                    l!("{{ let q = nxb + nb{r} * {sk}u + kb{r};");
+                    for c in 0..4 {
+                        l!("sb[q + {c}u] = pb{r}[{c}];");
                     }
-                    Layout::AlongK => {
-                        l!("pb{r} = b[(bbase + (col0 + nb{r}) * bcs + k0 + kb{r}) / 4u];")
+                    l!("}}");
+                }
+                Layout::BAlongN => {
+                    l!("{{ let q = nxb + kb{r} * {snb}u + nb{r};");
+                    for c in 0..4 {
+                        l!("sb[q + {c}u] = pb{r}[{c}];");
                     }
-                    Layout::BAlongN => {
-                        l!("pb{r} = b[(bbase + (k0 + kb{r}) * brs + col0 + nb{r}) / 4u];")
+                    l!("}}");
+                }
+            }
+        }
+        stage
+    }
+
+    /// The products of one slice, from the buffer at `sa[ca..]`, `sb[cb..]`.
+    fn mma(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let (fm, fnn, sk, snb) = (g.fm, g.fnn, g.sk, g.snb);
+        let mut mma = String::new();
+        let w = &mut mma;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
+        }
+        // Element (kq, column `col`) of the staged B, as an index into `sb`.
+        let b_at = |kq: &str, col: &str| {
+            if self.b_rows() {
+                format!("cb + ({kq}) * {snb}u + {col}")
+            } else {
+                format!("cb + ({col}) * {sk}u + {kq}")
+            }
+        };
+        for kk in (0..self.bk).step_by(16) {
+            if self.emulate {
+                l!("for (var q = 0u; q < 16u; q++) {{");
+                for i in 0..fm {
+                    l!(
+                        "let a{i} = vec4<f32>(f32(sa[ca + (wm0 + {}u + er) * {sk}u + {kk}u + q]));",
+                        i * 16
+                    );
+                }
+                for j in 0..fnn {
+                    let col = |t: u32| format!("wn0 + {}u + ec + {t}u", j * 16);
+                    let ld = |t: u32| format!("f32(sb[{}])", b_at(&format!("{kk}u + q"), &col(t)));
+                    l!(
+                        "let b{j}_0 = vec4<f32>({}, {}, {}, {});",
+                        ld(0),
+                        ld(1),
+                        ld(2),
+                        ld(3)
+                    );
+                    l!(
+                        "let b{j}_1 = vec4<f32>({}, {}, {}, {});",
+                        ld(4),
+                        ld(5),
+                        ld(6),
+                        ld(7)
+                    );
+                }
+                for i in 0..fm {
+                    for j in 0..fnn {
+                        l!("c{i}_{j}_0 = fma(a{i}, b{j}_0, c{i}_{j}_0);");
+                        l!("c{i}_{j}_1 = fma(a{i}, b{j}_1, c{i}_{j}_1);");
+                    }
+                }
+                l!("}}");
+            } else {
+                l!("{{");
+                for i in 0..fm {
+                    l!("let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&sa[ca + (wm0 + {}u) * {sk}u + {kk}u], {sk}u);", i * 16);
+                }
+                for j in 0..fnn {
+                    let col = format!("wn0 + {}u", j * 16);
+                    if self.b_rows() {
+                        l!(
+                            "let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&sb[{}], {snb}u);",
+                            b_at(&format!("{kk}u"), &col)
+                        );
+                    } else {
+                        l!(
+                            "let b{j} = coopLoad<coop_mat16x16<f16, B>>(&sb[{}], {sk}u);",
+                            b_at(&format!("{kk}u"), &col)
+                        );
+                    }
+                }
+                for i in 0..fm {
+                    for j in 0..fnn {
+                        l!("c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});");
                     }
                 }
                 l!("}}");
             }
         }
-        // Stores of the prefetch registers into the tile buffer at `sa[nxa..]`, `sb[nxb..]`.
-        let mut stage = String::new();
-        {
-            let w = &mut stage;
-            macro_rules! l {
-                ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
-            }
-            for r in 0..ra {
-                if aligned {
-                    l!("{{ let q = nxa + ma{r} * {sk}u + ka{r};");
-                    for c in 0..4 {
-                        l!("sa[q + {c}u] = pa{r}[{c}];");
-                    }
-                    l!("}}");
-                } else {
-                    l!("sa[nxa + ma{r} * {sk}u + ka{r}] = pa{r};");
-                }
-            }
-            for r in 0..rb {
-                match layout {
-                    Layout::Generic => l!("sb[nxb + nb{r} * {sk}u + kb{r}] = pb{r};"),
-                    Layout::AlongK => {
-                        l!("{{ let q = nxb + nb{r} * {sk}u + kb{r};");
-                        for c in 0..4 {
-                            l!("sb[q + {c}u] = pb{r}[{c}];");
-                        }
-                        l!("}}");
-                    }
-                    Layout::BAlongN => {
-                        l!("{{ let q = nxb + kb{r} * {snb}u + nb{r};");
-                        for c in 0..4 {
-                            l!("sb[q + {c}u] = pb{r}[{c}];");
-                        }
-                        l!("}}");
-                    }
-                }
-            }
+        mma
+    }
+
+    /// The epilogue, one accumulator of every subgroup at a time.
+    fn epilogue(&self, g: &Geometry) -> String {
+        use std::fmt::Write;
+        let (fm, fnn, aligned) = (g.fm, g.fnn, g.aligned);
+        let mut s = String::new();
+        let w = &mut s;
+        macro_rules! l {
+            ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
         }
-        // The products of one slice, from the buffer at `sa[ca..]`, `sb[cb..]`.
-        let mut mma = String::new();
-        {
-            let w = &mut mma;
-            macro_rules! l {
-                ($($t:tt)*) => {{ let _ = writeln!(w, $($t)*); }};
-            }
-            // Element (kq, column `col`) of the staged B, as an index into `sb`.
-            let b_at = |kq: &str, col: &str| {
-                if self.b_rows() {
-                    format!("cb + ({kq}) * {snb}u + {col}")
-                } else {
-                    format!("cb + ({col}) * {sk}u + {kq}")
-                }
-            };
-            for kk in (0..bk).step_by(16) {
-                if emulate {
-                    l!("for (var q = 0u; q < 16u; q++) {{");
-                    for i in 0..fm {
-                        l!("let a{i} = vec4<f32>(f32(sa[ca + (wm0 + {}u + er) * {sk}u + {kk}u + q]));", i * 16);
-                    }
-                    for j in 0..fnn {
-                        let col = |t: u32| format!("wn0 + {}u + ec + {t}u", j * 16);
-                        let ld =
-                            |t: u32| format!("f32(sb[{}])", b_at(&format!("{kk}u + q"), &col(t)));
-                        l!(
-                            "let b{j}_0 = vec4<f32>({}, {}, {}, {});",
-                            ld(0),
-                            ld(1),
-                            ld(2),
-                            ld(3)
-                        );
-                        l!(
-                            "let b{j}_1 = vec4<f32>({}, {}, {}, {});",
-                            ld(4),
-                            ld(5),
-                            ld(6),
-                            ld(7)
-                        );
-                    }
-                    for i in 0..fm {
-                        for j in 0..fnn {
-                            l!("c{i}_{j}_0 = fma(a{i}, b{j}_0, c{i}_{j}_0);");
-                            l!("c{i}_{j}_1 = fma(a{i}, b{j}_1, c{i}_{j}_1);");
-                        }
-                    }
-                    l!("}}");
-                } else {
-                    l!("{{");
-                    for i in 0..fm {
-                        l!("let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&sa[ca + (wm0 + {}u) * {sk}u + {kk}u], {sk}u);", i * 16);
-                    }
-                    for j in 0..fnn {
-                        let col = format!("wn0 + {}u", j * 16);
-                        if self.b_rows() {
-                            l!(
-                                "let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&sb[{}], {snb}u);",
-                                b_at(&format!("{kk}u"), &col)
-                            );
-                        } else {
-                            l!(
-                                "let b{j} = coopLoad<coop_mat16x16<f16, B>>(&sb[{}], {sk}u);",
-                                b_at(&format!("{kk}u"), &col)
-                            );
-                        }
-                    }
-                    for i in 0..fm {
-                        for j in 0..fnn {
-                            l!("c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});");
-                        }
-                    }
-                    l!("}}");
-                }
-            }
-        }
-        // Slice 0 into buffer 0, then one barrier a slice (see the module docs).
-        l!("var k0 = 0u;");
-        w.push_str(&load);
-        l!("{{ let nxa = 0u; let nxb = 0u;");
-        w.push_str(&stage);
-        l!("}}");
-        l!("workgroupBarrier();");
-        l!("let slices = (k + {}u) / {bk}u;", bk - 1);
-        l!("for (var t = 0u; t < slices; t++) {{");
-        l!("let ca = (t % 2u) * {a_elems}u; let cb = (t % 2u) * {b_elems}u;");
-        l!("let nxa = {a_elems}u - ca; let nxb = {b_elems}u - cb;");
-        l!("k0 = k0 + {bk}u;");
-        w.push_str(&load);
-        w.push_str(&mma);
-        w.push_str(&stage);
-        l!("workgroupBarrier();");
-        l!("}}");
-        // The epilogue, one accumulator of every subgroup at a time.
         l!("let obase = prm(12u) + bi * m * n;");
         l!("let sq = sg * 256u;");
         for i in 0..fm {
             for j in 0..fnn {
-                if emulate {
+                if self.emulate {
                     for t in 0..4 {
                         l!("sc[sq + er * 16u + ec + {t}u] = c{i}_{j}_0[{t}];");
                         l!("sc[sq + er * 16u + ec + {}u] = c{i}_{j}_1[{t}];", t + 4);
@@ -404,9 +470,28 @@ impl Spec {
                 l!("workgroupBarrier();");
             }
         }
-        l!("}}");
         s
     }
+}
+
+/// The sizes a [`Spec`]'s code is written in: the subgroup grid's columns `wn`, each
+/// subgroup's piece `sm x sn` as `fm x fnn` accumulators, the staged rows' strides along K
+/// (`sk`) and, for B staged row-major, along N (`snb`), one buffer of each tile in
+/// elements, whether the operands are `vec4`s, and the loads per invocation per slice.
+#[derive(Clone, Copy)]
+struct Geometry {
+    wn: u32,
+    sm: u32,
+    sn: u32,
+    fm: u32,
+    fnn: u32,
+    sk: u32,
+    snb: u32,
+    a_elems: u32,
+    b_elems: u32,
+    aligned: bool,
+    ra: u32,
+    rb: u32,
 }
 
 #[cfg(test)]

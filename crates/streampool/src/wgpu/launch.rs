@@ -1,17 +1,25 @@
-//! Launches of the wgpu backend: the one `match` from [`Kernel`] to pipelines, bound
-//! resources and workgroup counts ([`prepare`]), and the prepared [`Launch`] a stream
-//! records as one compute pass. The kernels themselves, their WGSL and their pipelines are
-//! `kernels.rs`'s; which matmul kernel a shape takes is `choice.rs`'s.
+//! Launches of the wgpu backend: [`prepare`], the `match` from [`Kernel`] to the function
+//! of each operation (in this module's children: `elementwise`, `gather`, `reduce`,
+//! `matmul`, `attention`), which picks pipelines, binds resources and sizes the workgroup
+//! grid; and the prepared [`Launch`] a stream records as one compute pass. The kernels
+//! themselves, their WGSL and their pipelines are `kernels.rs`'s; which matmul kernel a
+//! shape takes is `choice.rs`'s.
 
 use wgpu::util::DeviceExt;
 
-use super::choice::{gemv_lanes, matmul_kernel, MatmulPath};
+use super::choice::MatmulPath;
 use super::kernels::{Pipeline, Pipelines, Which, MAX_PARAMS, PARAM_WORDS};
 use super::{blocked, coop, Shared};
 use crate::backend::DevicePtr;
-use crate::kernel::{Activation, BinaryOp, Kernel, ReduceOp, UnaryOp};
+use crate::kernel::{Attention, Kernel};
 use crate::sync::Arc;
 use crate::{DType, Error, Result};
+
+mod attention;
+mod elementwise;
+mod gather;
+mod matmul;
+mod reduce;
 
 /// Workgroups along one dispatch dimension (WebGPU's default limit).
 const MAX_GROUPS: u32 = 65_535;
@@ -68,9 +76,18 @@ impl Launch {
     }
 }
 
+/// Bytes of the f32 buffers every dtype shares (masks, pooled output) and of the u32 words
+/// `ids` and `copy` are addressed in.
+const WORD: u64 = 4;
+
 /// Resolves pointers and builds bind groups for one launch.
 struct Binder<'a> {
+    pipelines: &'a Pipelines,
     shared: &'a Shared,
+    /// Whether the kernel runs on `f16` storage ([`storage_half`]).
+    half: bool,
+    /// Bytes of an element of the kernel's own dtype.
+    t: u64,
     dispatches: Vec<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3])>,
     matmul: Option<Taken>,
 }
@@ -94,12 +111,26 @@ fn grid_for(n: usize) -> Result<[u32; 3]> {
 }
 
 impl<'a> Binder<'a> {
-    fn new(shared: &'a Shared) -> Self {
+    fn new(pipelines: &'a Pipelines, shared: &'a Shared, half: bool) -> Self {
         Self {
+            pipelines,
             shared,
+            half,
+            t: if half { 2 } else { 4 },
             dispatches: Vec::new(),
             matmul: None,
         }
+    }
+
+    /// The pipeline of `which` in the kernel's storage type.
+    fn pipeline(&self, which: Which) -> Result<Arc<Pipeline>> {
+        self.pipelines.get(self.shared, which, self.half)
+    }
+
+    /// The buffer of `ptr`, a tensor of the kernel's dtype, and the offset into it in
+    /// elements.
+    fn elem(&self, ptr: DevicePtr) -> Result<(wgpu::Buffer, u32)> {
+        self.at(ptr, self.t)
     }
 
     /// The buffer of `ptr` and the offset into it in units of `unit` bytes.
@@ -186,40 +217,6 @@ fn bytes_of(words: &[u32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
 }
 
-fn unary_code(op: UnaryOp) -> (u32, f32, f32) {
-    match op {
-        UnaryOp::Relu => (0, 0.0, 0.0),
-        UnaryOp::Gelu => (1, 0.0, 0.0),
-        UnaryOp::Tanh => (2, 0.0, 0.0),
-        UnaryOp::Exp => (3, 0.0, 0.0),
-        UnaryOp::Sqrt => (4, 0.0, 0.0),
-        UnaryOp::Sqr => (5, 0.0, 0.0),
-        UnaryOp::Neg => (6, 0.0, 0.0),
-        UnaryOp::Recip => (7, 0.0, 0.0),
-        UnaryOp::Affine { mul, add } => (8, mul, add),
-    }
-}
-
-/// The activation's code in `bias_act.wgsl` and `epilogue.wgsl`.
-fn act_code(act: Activation) -> u32 {
-    match act {
-        Activation::Identity => 0,
-        Activation::Relu => 1,
-        Activation::Gelu => 2,
-        Activation::GeluTanh => 3,
-    }
-}
-
-fn binary_code(op: BinaryOp) -> u32 {
-    match op {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Max => 4,
-    }
-}
-
 /// Whether `kernel` runs on `f16` storage (`true`) or `f32` (`false`): `F16` needs the
 /// adapter's `SHADER_F16` (WGSL's `enable f16`), and `BF16` has no WGSL type at all; both
 /// refusals are clear errors rather than wrong answers. A TF32 matmul request runs in full
@@ -245,529 +242,43 @@ fn storage_half(shared: &Shared, kernel: &Kernel, dtype: DType) -> Result<bool> 
 /// The variant's name, for error messages.
 fn kernel_name(kernel: &Kernel) -> &'static str {
     match kernel {
-        Kernel::Fill { .. } => "fill",
-        Kernel::Copy { .. } => "copy",
-        Kernel::Cast { .. } => "cast",
-        Kernel::Matmul { .. } => "matmul",
-        Kernel::Unary { .. } => "unary",
-        Kernel::Binary { .. } => "binary",
-        Kernel::Softmax { .. } => "softmax",
-        Kernel::LayerNorm { .. } => "layer_norm",
-        Kernel::BiasAct { .. } => "bias_act",
-        Kernel::IndexSelect { .. } => "index_select",
+        Kernel::Fill(_) => "fill",
+        Kernel::Copy(_) => "copy",
+        Kernel::Cast(_) => "cast",
+        Kernel::Matmul(_) => "matmul",
+        Kernel::Unary(_) => "unary",
+        Kernel::Binary(_) => "binary",
+        Kernel::Softmax(_) => "softmax",
+        Kernel::LayerNorm(_) => "layer_norm",
+        Kernel::BiasAct(_) => "bias_act",
+        Kernel::IndexSelect(_) => "index_select",
         Kernel::Sleep { .. } => "sleep",
-        Kernel::Reduce { .. } => "reduce",
-        Kernel::Attention { .. } => "attention",
-        Kernel::MeanPoolNorm { .. } => "mean_pool_normalize",
-        Kernel::RmsNorm { .. } => "rms_norm",
-        Kernel::Rope { .. } => "rope",
-        Kernel::GatedAct { .. } => "gated_act",
-        Kernel::MeanPoolNormPacked { .. } => "mean_pool_normalize (packed)",
+        Kernel::Reduce(_) => "reduce",
+        Kernel::Attention(_) => "attention",
+        Kernel::MeanPoolNorm(_) => "mean_pool_normalize",
+        Kernel::RmsNorm(_) => "rms_norm",
+        Kernel::Rope(_) => "rope",
+        Kernel::GatedAct(_) => "gated_act",
+        Kernel::MeanPoolNormPacked(_) => "mean_pool_normalize (packed)",
     }
 }
 
 /// Resolves `kernel`'s buffers and parameters into a [`Launch`]; `None` when there is
 /// nothing to compute. `Kernel::Sleep` is the stream's business and never comes here.
 pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result<Option<Launch>> {
-    /// Bytes of the f32 buffers every dtype shares (masks, pooled output) and of the u32
-    /// words `ids` and `copy` are addressed in.
-    const WORD: u64 = 4;
     let half = match kernel.float_dtype() {
         Some(dt) => storage_half(shared, kernel, dt)?,
         None => false,
     };
-    // Element size of the kernel's own dtype.
-    let t: u64 = if half { 2 } else { 4 };
-    let mut b = Binder::new(shared);
+    let mut b = Binder::new(k, shared, half);
     match kernel {
-        Kernel::Fill {
-            out, len, value, ..
-        } => {
-            if *len == 0 {
-                return Ok(None);
-            }
-            let (ob, oo) = b.at(*out, t)?;
-            let params = [oo, word(*len, "length")?, value.to_bits()];
-            b.dispatch(
-                &k.get(shared, Which::Fill, half)?,
-                &params,
-                &[&ob],
-                grid_for(*len)?,
-            )?;
-        }
-        Kernel::Cast {
-            x,
-            out,
-            len,
-            from,
-            to,
-        } => {
-            if *len == 0 {
-                return Ok(None);
-            }
-            let which = match (from, to) {
-                (DType::F32, DType::F16) => Which::CastToHalf,
-                (DType::F16, DType::F32) => Which::CastToSingle,
-                _ => {
-                    // Names the dtype WGSL lacks (or the missing SHADER_F16).
-                    let odd = if *from == DType::F32 { *to } else { *from };
-                    storage_half(shared, kernel, odd)?;
-                    return Err(Error::Unavailable(format!(
-                        "wgpu backend: cast from {from:?} to {to:?}"
-                    )));
-                }
-            };
-            storage_half(shared, kernel, DType::F16)?;
-            let (xb, xo) = b.at(*x, from.size() as u64)?;
-            let (ob, oo) = b.at(*out, to.size() as u64)?;
-            let params = [xo, oo, word(*len, "length")?];
-            b.dispatch(
-                &k.get(shared, which, true)?,
-                &params,
-                &[&xb, &ob],
-                grid_for(*len)?,
-            )?;
-        }
-        Kernel::Copy {
-            src,
-            shape,
-            out,
-            elem_size,
-        } => {
-            let n: usize = shape.iter().product();
-            if n == 0 {
-                return Ok(None);
-            }
-            if ![2, 4, 8].contains(elem_size) {
-                return Err(Error::InvalidArgument(format!(
-                    "wgpu copy: unsupported element size {elem_size}"
-                )));
-            }
-            let (sb, so) = b.at(src.ptr, 1)?;
-            let (ob, oo) = b.at(*out, WORD)?;
-            let mut params = vec![
-                *elem_size as u32,
-                word(n, "length")?,
-                shape.len() as u32,
-                so,
-                oo * 4,
-            ];
-            for d in shape.iter().chain(&src.strides) {
-                params.push(word(*d, "dimension")?);
-            }
-            let threads = if *elem_size == 2 { n.div_ceil(2) } else { n };
-            b.dispatch(
-                &k.get(shared, Which::Copy, false)?,
-                &params,
-                &[&sb, &ob],
-                grid_for(threads)?,
-            )?;
-        }
-        Kernel::Unary {
-            op, x, out, len, ..
-        } => {
-            if *len == 0 {
-                return Ok(None);
-            }
-            let (xb, xo) = b.at(*x, t)?;
-            let (ob, oo) = b.at(*out, t)?;
-            let (code, mul, add) = unary_code(*op);
-            let params = [
-                code,
-                xo,
-                oo,
-                word(*len, "length")?,
-                mul.to_bits(),
-                add.to_bits(),
-            ];
-            b.dispatch(
-                &k.get(shared, Which::Unary, half)?,
-                &params,
-                &[&xb, &ob],
-                grid_for(*len)?,
-            )?;
-        }
-        Kernel::Binary {
-            op,
-            a,
-            b: rhs,
-            shape,
-            out,
-            ..
-        } => {
-            let n: usize = shape.iter().product();
-            if n == 0 {
-                return Ok(None);
-            }
-            let (ab, ao) = b.at(a.ptr, t)?;
-            let (bb, bo) = b.at(rhs.ptr, t)?;
-            let (ob, oo) = b.at(*out, t)?;
-            let mut params = vec![
-                binary_code(*op),
-                word(n, "length")?,
-                shape.len() as u32,
-                ao,
-                bo,
-                oo,
-            ];
-            for d in shape.iter().chain(&a.strides).chain(&rhs.strides) {
-                params.push(word(*d, "dimension")?);
-            }
-            b.dispatch(
-                &k.get(shared, Which::Binary, half)?,
-                &params,
-                &[&ab, &bb, &ob],
-                grid_for(n)?,
-            )?;
-        }
-        Kernel::Matmul {
-            a,
-            b: rhs,
-            out,
-            batch,
-            m,
-            n,
-            k: kk,
-            bias,
-            act,
-            ..
-        } => {
-            if batch * m * n == 0 {
-                return Ok(None);
-            }
-            let (ab, ao) = b.at(a.ptr, t)?;
-            let (bb, bo) = b.at(rhs.ptr, t)?;
-            let (ob, oo) = b.at(*out, t)?;
-            // The epilogue's bias (without one, `a` is bound in its place and not read).
-            let (biasb, biaso) = match bias {
-                Some(p) => b.at(*p, t)?,
-                None => (ab.clone(), 0),
-            };
-            let path = matmul_kernel(&shared.matmul, half, *batch, *m, *kk, *n);
-            b.matmul = Some(Taken::Other(path));
-            let gemv_lanes = gemv_lanes(*batch, *n, *kk);
-            // The layout of the blocked and cooperative kernels, chosen here: the vec4
-            // variants need every offset, stride and extent they step by four to be a
-            // multiple of four (in elements).
-            let layout = || {
-                let four = |v: &[usize]| v.iter().all(|x| x.is_multiple_of(4));
-                let common = a.cs == 1
-                    && four(&[ao as usize, a.rs, a.batch_stride, *kk, *n, oo as usize])
-                    && four(&[bo as usize, rhs.batch_stride]);
-                if common && rhs.rs == 1 && rhs.cs != 1 && rhs.cs.is_multiple_of(4) {
-                    blocked::Layout::AlongK
-                } else if common && rhs.cs == 1 && rhs.rs.is_multiple_of(4) {
-                    blocked::Layout::BAlongN
-                } else {
-                    blocked::Layout::Generic
-                }
-            };
-            let (pipeline, [bm, bn]) = match path {
-                MatmulPath::Simple => (k.get(shared, Which::Matmul, half)?, [16, 16]),
-                // One row; 256 / lanes columns per workgroup.
-                MatmulPath::Gemv => (k.get(shared, Which::Gemv, half)?, [1, 256 / gemv_lanes]),
-                MatmulPath::Coop { bm, bn, bk } => {
-                    let spec = coop::Spec {
-                        bm,
-                        bn,
-                        bk,
-                        layout: layout(),
-                        emulate: shared.matmul.coop.is_some_and(|c| c.emulate),
-                    };
-                    b.matmul = Some(Taken::Coop(spec));
-                    (k.coop(shared, spec)?, [bm as usize, bn as usize])
-                }
-                MatmulPath::Blocked { bm, bn, bk } => {
-                    let spec = blocked::Spec {
-                        bm,
-                        bn,
-                        bk,
-                        layout: layout(),
-                    };
-                    b.matmul = Some(Taken::Blocked(spec));
-                    (k.blocked(shared, spec, half)?, [bm as usize, bn as usize])
-                }
-            };
-            let tiles = [
-                word(n.div_ceil(bn), "columns")?,
-                word(m.div_ceil(bm), "rows")?,
-            ];
-            if tiles[0] > MAX_GROUPS || tiles[1] > MAX_GROUPS {
-                return Err(Error::InvalidArgument(format!(
-                    "wgpu matmul: {m}x{n} output exceeds the dispatch limit"
-                )));
-            }
-            // Batches beyond one dispatch's z range go in further dispatches.
-            for first in (0..*batch).step_by(MAX_GROUPS as usize) {
-                let count = (*batch - first).min(MAX_GROUPS as usize) as u32;
-                let params = [
-                    word(*m, "m")?,
-                    word(*n, "n")?,
-                    word(*kk, "k")?,
-                    word(first, "batch")?,
-                    ao,
-                    word(a.batch_stride, "stride")?,
-                    word(a.rs, "stride")?,
-                    word(a.cs, "stride")?,
-                    bo,
-                    word(rhs.batch_stride, "stride")?,
-                    word(rhs.rs, "stride")?,
-                    word(rhs.cs, "stride")?,
-                    oo,
-                    biaso,
-                    act_code(*act),
-                    bias.is_some() as u32,
-                    gemv_lanes as u32,
-                ];
-                b.dispatch(
-                    &pipeline,
-                    &params,
-                    &[&ab, &bb, &ob, &biasb],
-                    [tiles[0], tiles[1], count],
-                )?;
-            }
-        }
-        Kernel::Softmax {
-            x, out, rows, cols, ..
-        } => {
-            if rows * cols == 0 {
-                return Ok(None);
-            }
-            let (xb, xo) = b.at(*x, t)?;
-            let (ob, oo) = b.at(*out, t)?;
-            let params = [xo, oo, word(*rows, "rows")?, word(*cols, "cols")?];
-            b.dispatch(
-                &k.get(shared, Which::Softmax, half)?,
-                &params,
-                &[&xb, &ob],
-                grid(*rows)?,
-            )?;
-        }
-        Kernel::LayerNorm {
-            x,
-            residual,
-            gamma,
-            beta,
-            out,
-            rows,
-            cols,
-            eps,
-            ..
-        } => {
-            if rows * cols == 0 {
-                return Ok(None);
-            }
-            let (xb, xo) = b.at(*x, t)?;
-            let (rb, ro) = match residual {
-                Some(r) => b.at(*r, t)?,
-                None => (xb.clone(), 0),
-            };
-            let (gb, go) = b.at(*gamma, t)?;
-            let (bb, bo) = b.at(*beta, t)?;
-            let (ob, oo) = b.at(*out, t)?;
-            let params = [
-                xo,
-                ro,
-                residual.is_some() as u32,
-                go,
-                bo,
-                oo,
-                word(*rows, "rows")?,
-                word(*cols, "cols")?,
-                eps.to_bits(),
-            ];
-            b.dispatch(
-                &k.get(shared, Which::LayerNorm, half)?,
-                &params,
-                &[&xb, &rb, &gb, &bb, &ob],
-                grid(*rows)?,
-            )?;
-        }
-        Kernel::BiasAct {
-            x,
-            bias,
-            out,
-            rows,
-            cols,
-            act,
-            ..
-        } => {
-            let n = rows * cols;
-            if n == 0 {
-                return Ok(None);
-            }
-            let (xb, xo) = b.at(*x, t)?;
-            let (bb, bo) = b.at(*bias, t)?;
-            let (ob, oo) = b.at(*out, t)?;
-            let params = [
-                xo,
-                bo,
-                oo,
-                word(n, "length")?,
-                word(*cols, "cols")?,
-                act_code(*act),
-            ];
-            b.dispatch(
-                &k.get(shared, Which::BiasAct, half)?,
-                &params,
-                &[&xb, &bb, &ob],
-                grid_for(n)?,
-            )?;
-        }
-        Kernel::IndexSelect {
-            table,
-            ids,
-            out,
-            n_ids,
-            row_len,
-            table_rows,
-            ..
-        } => {
-            let n = n_ids * row_len;
-            if n == 0 {
-                return Ok(None);
-            }
-            let (tb, to) = b.at(*table, t)?;
-            let (ib, io) = b.at(*ids, WORD)?;
-            let (ob, oo) = b.at(*out, t)?;
-            let params = [
-                to,
-                io,
-                oo,
-                word(n, "length")?,
-                word(*row_len, "row length")?,
-                // Ids at or past 2^32 are out of range for any table a kernel can bind.
-                u32::try_from(*table_rows).unwrap_or(u32::MAX),
-            ];
-            b.dispatch(
-                &k.get(shared, Which::IndexSelect, half)?,
-                &params,
-                &[&tb, &ib, &ob],
-                grid_for(n)?,
-            )?;
-        }
-        Kernel::Reduce {
-            op,
-            x,
-            out,
-            outer,
-            axis,
-            inner,
-            ..
-        } => {
-            let outputs = outer * inner;
-            if outputs == 0 {
-                return Ok(None);
-            }
-            let (xb, xo) = b.at(*x, t)?;
-            let (ob, oo) = b.at(*out, t)?;
-            let code = match op {
-                ReduceOp::Sum => 0,
-                ReduceOp::Mean => 1,
-                ReduceOp::Max => 2,
-            };
-            let params = [
-                code,
-                xo,
-                oo,
-                word(*outer, "outer")?,
-                word(*axis, "axis")?,
-                word(*inner, "inner")?,
-            ];
-            b.dispatch(
-                &k.get(shared, Which::Reduce, half)?,
-                &params,
-                &[&xb, &ob],
-                grid(outputs)?,
-            )?;
-        }
-        Kernel::Attention {
+        Kernel::Attention(Attention {
             packed: Some(_), ..
-        }
-        | Kernel::MeanPoolNormPacked { .. } => {
+        })
+        | Kernel::MeanPoolNormPacked(_) => {
             return Err(Error::Unavailable(
                 "wgpu: packed (varlen) batches are not implemented; run them padded".into(),
             ))
-        }
-        Kernel::Attention {
-            qkv,
-            mask,
-            out,
-            batch,
-            seq,
-            heads,
-            head_dim,
-            ..
-        } => {
-            let rows = batch * seq * heads;
-            if rows * head_dim == 0 {
-                return Ok(None);
-            }
-            if *head_dim > 256 {
-                return Err(Error::Unavailable(format!(
-                    "wgpu attention: head width {head_dim} over the kernel's 256"
-                )));
-            }
-            let (qb, qo) = b.at(*qkv, t)?;
-            // Without a mask, the kernel reads none: bind any buffer in its place.
-            let (mb, mo) = match mask {
-                Some(m) => b.at(*m, WORD)?,
-                None => (qb.clone(), 0),
-            };
-            let (ob, oo) = b.at(*out, t)?;
-            let params = [
-                qo,
-                mo,
-                mask.is_some() as u32,
-                oo,
-                word(*batch, "batch")?,
-                word(*seq, "seq")?,
-                word(*heads, "heads")?,
-                word(*head_dim, "head width")?,
-            ];
-            word(rows, "attention rows")?;
-            let (which, groups) =
-                if shared.attention_tiled && head_dim.is_multiple_of(4) && *head_dim <= 64 {
-                    (Which::AttentionTiled, batch * heads * seq.div_ceil(32))
-                } else {
-                    (Which::Attention, rows)
-                };
-            b.dispatch(
-                &k.get(shared, which, half)?,
-                &params,
-                &[&qb, &mb, &ob],
-                grid(groups)?,
-            )?;
-        }
-        Kernel::MeanPoolNorm {
-            x,
-            mask,
-            out,
-            batch,
-            seq,
-            dim,
-            ..
-        } => {
-            if batch * dim == 0 {
-                return Ok(None);
-            }
-            let (xb, xo) = b.at(*x, t)?;
-            let (mb, mo) = b.at(*mask, WORD)?;
-            let (ob, oo) = b.at(*out, WORD)?;
-            let params = [
-                xo,
-                mo,
-                oo,
-                word(*batch, "batch")?,
-                word(*seq, "seq")?,
-                word(*dim, "dim")?,
-            ];
-            b.dispatch(
-                &k.get(shared, Which::MeanPoolNorm, half)?,
-                &params,
-                &[&xb, &mb, &ob],
-                grid(*batch)?,
-            )?;
         }
         Kernel::Sleep { .. } => {
             return Err(Error::InvalidArgument(
@@ -775,12 +286,26 @@ pub(crate) fn prepare(k: &Pipelines, shared: &Shared, kernel: &Kernel) -> Result
             ))
         }
         // The newer model families' ops have CPU kernels only so far.
-        Kernel::RmsNorm { .. } | Kernel::Rope { .. } | Kernel::GatedAct { .. } => {
+        Kernel::RmsNorm(_) | Kernel::Rope(_) | Kernel::GatedAct(_) => {
             return Err(Error::Unavailable(format!(
                 "wgpu: no {} kernel (the CPU backend runs it)",
                 kernel_name(kernel)
             )))
         }
+        _ if kernel.is_empty() => return Ok(None),
+        Kernel::Fill(p) => b.fill(p)?,
+        Kernel::Cast(p) => b.cast(kernel, p)?,
+        Kernel::Copy(p) => b.copy(p)?,
+        Kernel::Unary(p) => b.unary(p)?,
+        Kernel::Binary(p) => b.binary(p)?,
+        Kernel::Matmul(p) => b.matmul(p)?,
+        Kernel::Softmax(p) => b.softmax(p)?,
+        Kernel::LayerNorm(p) => b.layer_norm(p)?,
+        Kernel::BiasAct(p) => b.bias_act(p)?,
+        Kernel::IndexSelect(p) => b.index_select(p)?,
+        Kernel::Reduce(p) => b.reduce(p)?,
+        Kernel::Attention(p) => b.attention(p)?,
+        Kernel::MeanPoolNorm(p) => b.mean_pool_norm(p)?,
     }
     Ok(b.finish())
 }

@@ -193,6 +193,97 @@ pub fn describe_adapters() -> Vec<String> {
 
 use opened::adapters;
 
+/// The adapter of `list` that `wanted` names (an index, or part of its `name (backend,
+/// type)`), or without a wish the preferred one ([`preference`]), a software one only where
+/// `allow_software`.
+fn find_adapter(
+    list: &[wgpu::Adapter],
+    wanted: Option<&str>,
+    allow_software: bool,
+) -> Option<usize> {
+    match wanted {
+        Some(w) => match w.parse::<usize>() {
+            Ok(i) if i < list.len() => Some(i),
+            Ok(_) => None,
+            Err(_) => {
+                let w = w.to_lowercase();
+                list.iter().position(|a| {
+                    let info = a.get_info();
+                    format!("{} {:?} {:?}", info.name, info.backend, info.device_type)
+                        .to_lowercase()
+                        .contains(&w)
+                })
+            }
+        },
+        None => (0..list.len())
+            .filter(|&i| allow_software || list[i].get_info().device_type != wgpu::DeviceType::Cpu)
+            .min_by_key(|&i| preference(list[i].get_info().device_type)),
+    }
+}
+
+/// The features the cooperative-matrix kernels need.
+const COOP_FEATURES: wgpu::Features =
+    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX.union(wgpu::Features::SUBGROUP);
+
+/// Whether the cooperative-matrix kernels run on `adapter` under `setting`, on matrix units
+/// (`Some(false)`) or emulated (`Some(true)`), and why, for `streampool check`: only with
+/// everything `coop.rs` relies on (see `CoopMatrix`).
+fn cooperative_matrix_use(
+    adapter: &wgpu::Adapter,
+    info: &wgpu::AdapterInfo,
+    shader_f16: bool,
+    setting: CoopMatrix,
+) -> (Option<bool>, String) {
+    let coop_capable = shader_f16
+        && adapter.features().contains(COOP_FEATURES)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        });
+    let verified =
+        choice::coop_verified(info.vendor, info.backend, &info.name, choice::COOP_VERIFIED);
+    match setting {
+        CoopMatrix::Off => (None, "off (setting)".to_string()),
+        CoopMatrix::Emulated if shader_f16 => (Some(true), "emulated (setting)".into()),
+        CoopMatrix::Emulated => (None, "off: emulation needs SHADER_F16".into()),
+        _ if !coop_capable => (
+            None,
+            "off: the adapter lacks 16x16x16 f16->f32 cooperative matrices, SHADER_F16 \
+             or 32-wide SUBGROUP"
+                .into(),
+        ),
+        CoopMatrix::On => (Some(false), "on (opted in)".into()),
+        _ if verified => (Some(false), "on (verified adapter)".into()),
+        _ => (
+            None,
+            "off: not verified on this adapter (STREAMPOOL_WGPU_COOP_MATRIX=1 opts in)".into(),
+        ),
+    }
+}
+
+/// What `adapter` says of cooperative matrices: whether it has
+/// `EXPERIMENTAL_COOPERATIVE_MATRIX`, and its configurations (`MxNxK A/B->C`), for
+/// `streampool check`.
+fn describe_coop_matrix(adapter: &wgpu::Adapter) -> (bool, Vec<String>) {
+    let configs = adapter
+        .cooperative_matrix_properties()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}x{}x{} {:?}->{:?}",
+                p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type
+            )
+        })
+        .collect();
+    let has = adapter
+        .features()
+        .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    (has, configs)
+}
+
 impl WgpuDevice {
     fn open(config: &WgpuConfig) -> Result<(usize, Self)> {
         let list = adapters();
@@ -213,26 +304,7 @@ impl WgpuDevice {
             .clone()
             .or_else(|| tuning.adapter.clone())
             .filter(|s| !s.is_empty());
-        let index = match &wanted {
-            Some(w) => match w.parse::<usize>() {
-                Ok(i) if i < list.len() => Some(i),
-                Ok(_) => None,
-                Err(_) => {
-                    let w = w.to_lowercase();
-                    list.iter().position(|a| {
-                        let info = a.get_info();
-                        format!("{} {:?} {:?}", info.name, info.backend, info.device_type)
-                            .to_lowercase()
-                            .contains(&w)
-                    })
-                }
-            },
-            None => (0..list.len())
-                .filter(|&i| {
-                    config.allow_software || list[i].get_info().device_type != wgpu::DeviceType::Cpu
-                })
-                .min_by_key(|&i| preference(list[i].get_info().device_type)),
-        };
+        let index = find_adapter(&list, wanted.as_deref(), config.allow_software);
         let Some(index) = index else {
             return Err(Error::Unavailable(match wanted {
                 Some(w) => format!("wgpu: no adapter matches {w:?}; {}", describe()),
@@ -255,40 +327,9 @@ impl WgpuDevice {
             CoopMatrix::Auto => tuning.cooperative_matrix,
             other => other,
         };
-        let coop_features =
-            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP;
-        let coop_capable = shader_f16
-            && adapter.features().contains(coop_features)
-            && info.subgroup_min_size == 32
-            && info.subgroup_max_size == 32
-            && adapter.cooperative_matrix_properties().iter().any(|p| {
-                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-                    && p.ab_type == wgpu::CooperativeScalarType::F16
-                    && p.cr_type == wgpu::CooperativeScalarType::F32
-            });
-        let verified =
-            choice::coop_verified(info.vendor, info.backend, &info.name, choice::COOP_VERIFIED);
-        // Whether the kernels run, on matrix units (`Some(false)`) or emulated
-        // (`Some(true)`), and why, for `streampool check`.
-        let (coop, coop_use) = match coop_setting {
-            CoopMatrix::Off => (None, "off (setting)".to_string()),
-            CoopMatrix::Emulated if shader_f16 => (Some(true), "emulated (setting)".into()),
-            CoopMatrix::Emulated => (None, "off: emulation needs SHADER_F16".into()),
-            _ if !coop_capable => (
-                None,
-                "off: the adapter lacks 16x16x16 f16->f32 cooperative matrices, SHADER_F16 \
-                 or 32-wide SUBGROUP"
-                    .into(),
-            ),
-            CoopMatrix::On => (Some(false), "on (opted in)".into()),
-            _ if verified => (Some(false), "on (verified adapter)".into()),
-            _ => (
-                None,
-                "off: not verified on this adapter (STREAMPOOL_WGPU_COOP_MATRIX=1 opts in)".into(),
-            ),
-        };
+        let (coop, coop_use) = cooperative_matrix_use(adapter, &info, shader_f16, coop_setting);
         if coop == Some(false) {
-            required_features |= coop_features;
+            required_features |= COOP_FEATURES;
         }
         // Launch parameters in buffers the host maps directly, where the adapter allows it
         // (native `MAPPABLE_PRIMARY_BUFFERS`); `wgpu.mapped_params` off turns it off.
@@ -345,21 +386,7 @@ impl WgpuDevice {
                 workgroup_bytes: gpu.device.limits().max_compute_workgroup_storage_size,
             }),
         };
-        let coop_matrix = (
-            adapter
-                .features()
-                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
-            adapter
-                .cooperative_matrix_properties()
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}x{}x{} {:?}->{:?}",
-                        p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type
-                    )
-                })
-                .collect(),
-        );
+        let coop_matrix = describe_coop_matrix(adapter);
         let memory = memory::Memory::new(name.clone(), &gpu.device.limits());
         Ok((
             index,

@@ -22,7 +22,7 @@ pub(crate) mod simd;
 mod strided;
 
 use crate::backend::DevicePtr;
-use crate::kernel::{Kernel, MatmulMath};
+use crate::kernel::{Kernel, Matmul, MatmulMath};
 
 pub(crate) use qgemm::ARITHMETIC as INT8_ARITHMETIC;
 
@@ -47,6 +47,25 @@ unsafe fn dst_at<'a>(ptr: DevicePtr, start: usize, len: usize) -> &'a mut [f32] 
     std::slice::from_raw_parts_mut((ptr.0 as *mut f32).add(start), len)
 }
 
+/// [`Kernel::Matmul`] on `f32` operands: int8 products where asked, else the weight kept
+/// packed where the product carries a slot for it, else packed per call.
+///
+/// # Safety
+/// As [`run`].
+unsafe fn matmul_f32(p: &Matmul) {
+    let (a, b, slot) = (&p.a, &p.b, p.b_pack.as_ref());
+    let (bias, act, out) = (p.bias, p.act, p.out);
+    let (batch, m, n, k) = (p.batch, p.m, p.n, p.k);
+    if p.math == MatmulMath::Int8 {
+        return qgemm::matmul(a, b, slot, bias, act, out, batch, m, n, k);
+    }
+    let prepacked =
+        slot.is_some_and(|slot| sgemm::matmul(a, b, slot, bias, act, out, batch, m, n, k));
+    if !prepacked {
+        matmul::matmul(a, b, bias, act, out, batch, m, n, k);
+    }
+}
+
 /// Runs one kernel on the calling thread.
 ///
 /// # Safety
@@ -54,180 +73,43 @@ unsafe fn dst_at<'a>(ptr: DevicePtr, start: usize, len: usize) -> &'a mut [f32] 
 /// inputs, and no other thread writes those bytes while this runs (the allocator's event
 /// gating and the tensor layer's cross-stream waits guarantee it).
 pub(crate) unsafe fn run(kernel: &Kernel) {
-    if super::half::run_if_half(kernel) {
+    // Nothing for an empty kernel: zero-width rows included, which the row kernels cannot
+    // take (`chunks_exact(0)` panics).
+    if kernel.is_empty() || super::half::run_if_half(kernel) {
         return;
     }
     match kernel {
-        Kernel::Cast { .. } => unreachable!("conversions run in run_if_half"),
-        Kernel::Fill {
-            out, len, value, ..
-        } => dst(*out, *len).fill(*value),
+        Kernel::Cast(_) => unreachable!("conversions run in run_if_half"),
+        Kernel::Fill(p) => dst(p.out, p.len).fill(p.value),
         Kernel::Sleep { nanos } => std::thread::sleep(std::time::Duration::from_nanos(*nanos)),
-        Kernel::Copy {
-            src: s,
-            shape,
-            out,
-            elem_size,
-        } => strided::copy(s, shape, *out, *elem_size),
-        Kernel::Matmul {
-            a,
-            b,
-            b_pack,
-            bias,
-            act,
-            out,
-            batch,
-            m,
-            n,
-            k,
-            math: MatmulMath::Int8,
-            ..
-        } => qgemm::matmul(a, b, b_pack.as_ref(), *bias, *act, *out, *batch, *m, *n, *k),
-        Kernel::Matmul {
-            a,
-            b,
-            b_pack,
-            bias,
-            act,
-            out,
-            batch,
-            m,
-            n,
-            k,
-            ..
-        } => {
-            let prepacked = b_pack.as_ref().is_some_and(|slot| {
-                sgemm::matmul(a, b, slot, *bias, *act, *out, *batch, *m, *n, *k)
-            });
-            if !prepacked {
-                matmul::matmul(a, b, *bias, *act, *out, *batch, *m, *n, *k);
-            }
-        }
-        Kernel::Unary {
-            op, x, out, len, ..
-        } => elementwise::unary(*op, *x, *out, *len),
-        Kernel::Binary {
-            op,
-            a,
-            b,
-            shape,
-            out,
-            ..
-        } => strided::binary(*op, a, b, shape, *out),
-        // Zero-width rows have nothing to compute (and `chunks_exact(0)` panics).
-        Kernel::Softmax { cols: 0, .. } | Kernel::BiasAct { cols: 0, .. } => {}
-        Kernel::IndexSelect { row_len: 0, .. } => {}
-        Kernel::RmsNorm { cols: 0, .. } | Kernel::GatedAct { cols: 0, .. } => {}
-        Kernel::Rope { head_dim: 0, .. } => {}
-        Kernel::Softmax {
-            x, out, rows, cols, ..
-        } => norm::softmax(*x, *out, *rows, *cols),
-        Kernel::LayerNorm {
-            x,
-            residual,
-            gamma,
-            beta,
-            out,
-            rows,
-            cols,
-            eps,
-            ..
-        } => norm::layer_norm(*x, *residual, *gamma, *beta, *out, *rows, *cols, *eps),
-        Kernel::BiasAct {
-            x,
-            bias,
-            out,
-            rows,
-            cols,
-            act,
-            ..
-        } => elementwise::bias_act(*x, *bias, *out, *rows, *cols, *act),
-        Kernel::IndexSelect {
-            table,
-            ids,
-            out,
-            n_ids,
-            row_len,
-            table_rows,
-            ..
-        } => strided::index_select(*table, *ids, *out, *n_ids, *row_len, *table_rows),
-        Kernel::Reduce {
-            op,
-            x,
-            out,
-            outer,
-            axis,
-            inner,
-            ..
-        } => reduce::reduce(*op, *x, *out, *outer, *axis, *inner),
-        Kernel::Attention {
-            qkv,
-            packed: Some(seqs),
-            out,
-            batch,
-            seq,
-            heads,
-            head_dim,
-            ..
-        } => packed::attention(*qkv, seqs, *out, *batch, *seq, *heads, *head_dim),
-        Kernel::Attention {
-            qkv,
-            mask,
-            out,
-            batch,
-            seq,
-            heads,
-            head_dim,
-            ..
-        } => attention::attention(*qkv, *mask, *out, *batch, *seq, *heads, *head_dim),
-        Kernel::MeanPoolNorm {
-            x,
-            mask,
-            out,
-            batch,
-            seq,
-            dim,
-            ..
-        } => pool::mean_pool_norm(*x, *mask, *out, *batch, *seq, *dim),
-        Kernel::RmsNorm {
-            x,
-            gamma,
-            out,
-            rows,
-            cols,
-            eps,
-            ..
-        } => rms_norm::rms_norm(*x, *gamma, *out, *rows, *cols, *eps),
-        Kernel::Rope {
-            x,
-            cos,
-            sin,
-            out,
-            batch,
-            seq,
-            heads,
-            head_dim,
-            rotated,
-            ..
-        } => rope::rope(
-            *x, *cos, *sin, *out, *batch, *seq, *heads, *head_dim, *rotated,
+        Kernel::Copy(p) => strided::copy(&p.src, &p.shape, p.out, p.elem_size),
+        Kernel::Matmul(p) => matmul_f32(p),
+        Kernel::Unary(p) => elementwise::unary(p.op, p.x, p.out, p.len),
+        Kernel::Binary(p) => strided::binary(p.op, &p.a, &p.b, &p.shape, p.out),
+        Kernel::Softmax(p) => norm::softmax(p.x, p.out, p.rows, p.cols),
+        Kernel::LayerNorm(p) => norm::layer_norm(
+            p.x, p.residual, p.gamma, p.beta, p.out, p.rows, p.cols, p.eps,
         ),
-        Kernel::GatedAct {
-            x,
-            out,
-            rows,
-            cols,
-            act,
-            ..
-        } => gated::gated_act(*x, *out, *rows, *cols, *act),
-        Kernel::MeanPoolNormPacked {
-            x,
-            seqs,
-            out,
-            batch,
-            dim,
-            ..
-        } => packed::mean_pool_norm(*x, seqs, *out, *batch, *dim),
+        Kernel::BiasAct(p) => elementwise::bias_act(p.x, p.bias, p.out, p.rows, p.cols, p.act),
+        Kernel::IndexSelect(p) => {
+            strided::index_select(p.table, p.ids, p.out, p.n_ids, p.row_len, p.table_rows)
+        }
+        Kernel::Reduce(p) => reduce::reduce(p.op, p.x, p.out, p.outer, p.axis, p.inner),
+        Kernel::Attention(p) => match &p.packed {
+            Some(seqs) => {
+                packed::attention(p.qkv, seqs, p.out, p.batch, p.seq, p.heads, p.head_dim)
+            }
+            None => attention::attention(p.qkv, p.mask, p.out, p.batch, p.seq, p.heads, p.head_dim),
+        },
+        Kernel::MeanPoolNorm(p) => pool::mean_pool_norm(p.x, p.mask, p.out, p.batch, p.seq, p.dim),
+        Kernel::RmsNorm(p) => rms_norm::rms_norm(p.x, p.gamma, p.out, p.rows, p.cols, p.eps),
+        Kernel::Rope(p) => rope::rope(
+            p.x, p.cos, p.sin, p.out, p.batch, p.seq, p.heads, p.head_dim, p.rotated,
+        ),
+        Kernel::GatedAct(p) => gated::gated_act(p.x, p.out, p.rows, p.cols, p.act),
+        Kernel::MeanPoolNormPacked(p) => {
+            packed::mean_pool_norm(p.x, &p.seqs, p.out, p.batch, p.dim)
+        }
     }
 }
 

@@ -142,7 +142,7 @@ fn every_available_path_matches_f64_across_shapes() {
 /// and the `f64` product of the same inputs.
 #[test]
 fn the_portable_path_matches_f64_and_the_fast_paths() {
-    use crate::kernel::{Kernel, MatmulMath};
+    use crate::kernel::{Kernel, Matmul, MatmulMath};
     use crate::DType;
     let (m, n, k) = (33, 100, 96);
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -163,7 +163,7 @@ fn the_portable_path_matches_f64_and_the_fast_paths() {
     };
     let act = Activation::GeluTanh;
     let mut portable = vec![bf16::NAN; m * n];
-    let kernel = Kernel::Matmul {
+    let kernel = Kernel::Matmul(Matmul {
         a: ao,
         b: bo,
         b_pack: None,
@@ -177,7 +177,7 @@ fn the_portable_path_matches_f64_and_the_fast_paths() {
         k,
         dtype: DType::BF16,
         math: MatmulMath::Exact,
-    };
+    });
     // SAFETY: the buffers hold the extents the kernel describes.
     unsafe { crate::cpu::half::run_widened(&kernel, DType::BF16) };
     for i in 0..m {
