@@ -19,7 +19,9 @@
 //!    work is queued.
 //!
 //! A capture that fails (the closure waits on the host, uploads, or allocates differently
-//! from its trace) marks the key eager. At most `capacity` keys are kept; the least recently
+//! from its trace; or a call of the moment the driver forbids during a capture) is tried
+//! again at the key's next sightings, and after [`CAPTURE_TRIES`] failures marks the key
+//! eager. At most `capacity` keys are kept; the least recently
 //! used is evicted, and its graph, once its last replay has completed, gives its pool back.
 
 mod capture;
@@ -49,13 +51,36 @@ struct Key {
 struct Trace {
     sizes: Vec<usize>,
     out_bytes: Vec<usize>,
+    /// Captures of this key that failed so far (see [`CAPTURE_TRIES`]).
+    failures: u32,
+}
+
+/// Captures of one key tried before it runs eagerly for good. A capture can fail for a
+/// reason of the moment (another thread's call that the driver forbids during a capture, a
+/// full graph pool) as well as for good (the closure does something a graph cannot hold):
+/// one failure must not cost a shape its graph for the life of the process.
+const CAPTURE_TRIES: u32 = 3;
+
+impl Trace {
+    /// The slot after a failed capture of this trace: seen again (captured at a later
+    /// sighting) until [`CAPTURE_TRIES`] have failed, then eager.
+    fn after_failure(&self) -> Slot {
+        if self.failures + 1 >= CAPTURE_TRIES {
+            Slot::Eager
+        } else {
+            Slot::Seen(Trace {
+                failures: self.failures + 1,
+                ..self.clone()
+            })
+        }
+    }
 }
 
 enum Slot {
     /// Seen once: what that eager run allocated.
     Seen(Trace),
     Ready(Arc<Graph>),
-    /// Capture failed: always eager.
+    /// Capture failed [`CAPTURE_TRIES`] times: always eager.
     Eager,
 }
 
@@ -105,8 +130,8 @@ pub struct GraphStats {
     pub graphs: usize,
     /// Keys seen once (eager, traced).
     pub seen: usize,
-    /// Keys that run eagerly for good: the capture failed, or the shape is over the
-    /// memory budget's limit for one graph.
+    /// Keys that run eagerly for good: the capture failed [`CAPTURE_TRIES`] times, or the
+    /// shape is over the memory budget's limit for one graph.
     pub eager: usize,
     /// Bytes the kept graphs' pools hold.
     pub pool_bytes: usize,
@@ -230,7 +255,14 @@ impl GraphCache {
                 let out = out?;
                 if let Hook::Trace { sizes, .. } = hook {
                     let out_bytes = Vec::new();
-                    self.insert(key, Slot::Seen(Trace { sizes, out_bytes }));
+                    self.insert(
+                        key,
+                        Slot::Seen(Trace {
+                            sizes,
+                            out_bytes,
+                            failures: 0,
+                        }),
+                    );
                 }
                 Ok(out)
             }
@@ -243,8 +275,9 @@ impl GraphCache {
                     Ok(g.replay(inputs)?)
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, name, "graph capture failed; running eagerly");
-                    self.insert(key, Slot::Eager);
+                    tracing::warn!(error = %e, name, tries = trace.failures + 1,
+                        "graph capture failed; running eagerly");
+                    self.insert(key, trace.after_failure());
                     f(&owned)
                 }
             },
@@ -360,7 +393,14 @@ impl GraphCache {
                         .iter()
                         .map(|o| o.elem_count() * o.dtype().size())
                         .collect();
-                    self.insert(key, Slot::Seen(Trace { sizes, out_bytes }));
+                    self.insert(
+                        key,
+                        Slot::Seen(Trace {
+                            sizes,
+                            out_bytes,
+                            failures: 0,
+                        }),
+                    );
                 }
                 Ok(values)
             }
@@ -377,8 +417,9 @@ impl GraphCache {
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, name, "graph capture failed; running eagerly");
-                        self.insert(key, Slot::Eager);
+                        tracing::warn!(error = %e, name, tries = trace.failures + 1,
+                            "graph capture failed; running eagerly");
+                        self.insert(key, trace.after_failure());
                         eager()
                     }
                 }
