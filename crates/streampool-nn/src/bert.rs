@@ -422,9 +422,7 @@ impl BertModel {
                 self.dtype
             )));
         }
-        if dtype.is_quantized() && !self.device.runs_int8_matmul() {
-            return Err(crate::layers::int8_unsupported(&self.device));
-        }
+        crate::layers::check_quantized_on(&self.device, dtype)?;
         // A quantized model quantizes the encoder's linear layers only: a classification
         // head (a few products per sequence, not per token) stays exact.
         let head_dtype = if dtype.is_quantized() {

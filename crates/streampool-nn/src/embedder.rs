@@ -112,9 +112,7 @@ impl SentenceEmbedder {
         options: &LoadOptions,
     ) -> Result<Self> {
         let dtype = options.dtype;
-        if dtype.is_quantized() && !device.runs_int8_matmul() {
-            return Err(crate::layers::int8_unsupported(device));
-        }
+        crate::layers::check_quantized_on(device, dtype)?;
         if !dtype.is_quantized() || options.gate == QuantizationGate::Force {
             return Self::load_model(device, dir.as_ref(), dtype);
         }

@@ -189,9 +189,7 @@ impl Linear {
     pub fn with_dtype(&self, dtype: ComputeDType) -> Result<Self> {
         if dtype.is_quantized() {
             let device = self.weight_t.device();
-            if !device.runs_int8_matmul() {
-                return Err(int8_unsupported(device));
-            }
+            check_quantized_on(device, dtype)?;
             let own =
                 Tensor::from_vec(self.weight_t.to_vec::<f32>()?, self.weight_t.dims(), device)?;
             return Ok(Self {
@@ -262,8 +260,17 @@ impl Linear {
     }
 }
 
-/// The error for an int8 layer on a device other than the CPU.
-pub(crate) fn int8_unsupported(device: &Device) -> Error {
+/// Refuses `dtype` on `device` when it is quantized and the device runs no int8 products
+/// ([`Device::runs_int8_matmul`]): checked before any weight is converted or loaded.
+pub(crate) fn check_quantized_on(device: &Device, dtype: ComputeDType) -> Result<()> {
+    if dtype.is_quantized() && !device.runs_int8_matmul() {
+        return Err(int8_unsupported(device));
+    }
+    Ok(())
+}
+
+/// The error for an int8 layer on a device without int8 products.
+fn int8_unsupported(device: &Device) -> Error {
     Error::UnsupportedDType {
         dtype: ComputeDType::Int8,
         device: device.name(),

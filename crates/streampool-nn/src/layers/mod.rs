@@ -14,7 +14,7 @@ pub use attention::{AttentionInputs, AttentionMask, AttentionOptions, MultiheadA
 pub use embedding::Embedding;
 pub use encoder_layer::TransformerEncoderLayer;
 pub use layer_norm::LayerNorm;
-pub(crate) use linear::int8_unsupported;
+pub(crate) use linear::check_quantized_on;
 pub use linear::{Linear, LinearParams};
 pub use mlp::{Mlp, HALF_PRECISION_GELU};
 pub use norm::{Norm, RmsNorm};
